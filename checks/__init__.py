@@ -1,0 +1,1 @@
+"""The checks, one module per rule family; installed as dsdoctor.checks."""

@@ -1,0 +1,281 @@
+"""Training smoke checks (``TRN6xx``): verdicts on what a short real run of the reference trainer measured.
+
+Pure functions over plain data (lists of per-step rows, the trainer's ``summary.json``, its error records):
+no torch here, so the verdicts are unit-testable with controlled inputs and cheap to import.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+from dsdoctor.report import Finding
+from dsdoctor.rules import rule
+
+GiB = 2**30
+
+TRN600 = rule(
+    "TRN600", "info", "Run environment",
+    what="World size, each rank's host, device and PID, the backend and the versions of the run.",
+    why="The first thing to read when a multi-GPU run misbehaves: a world size of 1 where 8 were meant, "
+        "a rank on the wrong device, a version that differs between nodes.",
+    fix="Compare with what you meant to launch.",
+    source="reference_train/train.py run_environment (torch.distributed.all_gather_object)")
+TRN601 = rule(
+    "TRN601", "error", "Loss did not go down",
+    what="The mean loss of the last 10 optimizer steps is not below the mean of the first 10 by the margin.",
+    why="A real bug keeps the loss flat: labels all -100, a frozen model (no trainable parameter reaches the "
+        "optimizer), a zero or tiny learning rate, a scheduler stuck in warmup, an optimizer never stepped.",
+    fix="Check that labels are not all -100, that the trainable parameters were passed to "
+        "deepspeed.initialize(model_parameters=...), and the optimizer's lr and the scheduler's warmup_max_lr.",
+    source="dsdoctor smoke; the tutorials' '100-step smoke test' (loss direction, memory, reload)",
+    example="loss 7.46 -> 7.45 over 100 steps with lr 0")
+TRN602 = rule(
+    "TRN602", "error", "Loss is NaN or infinite",
+    what="A step's loss is not finite.",
+    why="fp16 overflow (bf16 model trained in fp16), a sample whose labels are all -100 (0/0), a learning "
+        "rate that diverges.",
+    fix="Use bf16 on GPUs that have it (compute capability >= 8.0); check the data for samples with no "
+        "answer token; lower the learning rate.",
+    source="torch.nn.CrossEntropyLoss(ignore_index=-100) returns NaN when every target is ignored")
+TRN603 = rule(
+    "TRN603", "warning", "Too few steps to judge the loss",
+    what="The run logged fewer steps than two windows of 10.",
+    why="The first/last comparison needs two disjoint windows.",
+    fix="Run with --steps 20 or more.",
+    source="dsdoctor smoke")
+TRN604 = rule(
+    "TRN604", "warning", "Memory grows during training",
+    what="A rank's per-step peak memory in the second half of the run exceeds the first half's by more "
+         "than the tolerance.",
+    why="Memory that climbs step after step ends in OOM at step 1000: tensors kept across steps (a loss "
+        "summed without .item() or .detach()), growing padding, a cache enabled in training.",
+    fix="Log loss.item(), not the loss tensor; pad per batch, not to a growing maximum; set use_cache=False.",
+    source="torch.cuda.max_memory_allocated / max_memory_reserved, reset every step")
+TRN605 = rule(
+    "TRN605", "error", "Saved adapter or checkpoint is not usable",
+    what="The save did not reload into a fresh base model with the trained model's logits, or the merge "
+         "changed them, or the saved tensors are empty, or the adapter has no effect.",
+    why="The classic 'trained but the model looks untrained': saving engine state instead of the adapter, "
+        "saving under ZeRO-3 without gathering (empty tensors), reloading into a different base or dtype.",
+    fix="Save with model.save_pretrained(dir, state_dict=engine._zero3_consolidated_16bit_state_dict()) "
+        "under ZeRO-3 (called on every rank); reload the same base in the training dtype; keep the template.",
+    source="peft PeftModel.save_pretrained / from_pretrained / merge_and_unload; "
+           "deepspeed/runtime/engine.py _zero3_consolidated_16bit_state_dict")
+TRN606 = rule(
+    "TRN606", "info", "Throughput",
+    what="Tokens/s and samples/s per rank over the steps after warm-up; on GPU the model FLOPs utilisation.",
+    why="A baseline for the long run's duration and a way to spot a slow rank.",
+    fix="Compare ranks: one much slower rank points at its GPU or link.",
+    source="MFU as in PaLM (Chowdhery et al. 2022, appendix B), with weight gradients only for trainable "
+           "parameters")
+TRN607 = rule(
+    "TRN607", "error", "A rank failed",
+    what="A training process raised an exception or died; the first rank to fail and its message.",
+    why="One rank's exception makes the others hang or die with secondary errors; the first one is the cause.",
+    fix="Fix the cause named in the evidence.",
+    source="the trainer's errors/rank{R}.json; torchrun's ChildFailedError summary")
+TRN608 = rule(
+    "TRN608", "error", "Run timed out",
+    what="The run did not finish within --timeout; the ranks and the last step seen.",
+    why="A hang: a rank that never joined a collective, a rendezvous that never completed, a deadlock in "
+        "a save that only rank 0 entered.",
+    fix="Run `dsdoctor nccl` to test the collectives; check that every rank reaches the same collectives.",
+    source="dsdoctor smoke")
+TRN609 = rule(
+    "TRN609", "error", "Nothing to train",
+    what="The method left no trainable parameter, or LoRA found no target module in the architecture.",
+    why="DeepSpeed then has an empty optimizer and the loss cannot move.",
+    fix="Pass --lora-targets with the model's linear layer names (print the model to see them), or "
+        "--freeze-last N with N >= 1.",
+    source="reference_train/train.py build_model")
+TRN610 = rule(
+    "TRN610", "error", "DeepSpeed rejected the config at initialize",
+    what="deepspeed.initialize raised: the config cannot train with this engine loop.",
+    why="DeepSpeed validates much of the config only after the model has loaded: an optimizer missing for "
+        "ZeRO >= 1, \"auto\" outside the HF Trainer, both fp16 and bf16, inconsistent batch values.",
+    fix="Run `dsdoctor check` on the config; the evidence is DeepSpeed's message.",
+    source="deepspeed/runtime/engine.py, deepspeed/runtime/config.py")
+
+# What DeepSpeed's own messages mean, for the fix of TRN607/TRN610 (seen on DeepSpeed 0.19.8, shared/FACTS.md).
+KNOWN_CAUSES: list[tuple[str, str]] = [
+    (r"requires an optimizer|must provide optimizer",
+     "Add an \"optimizer\" block to the ds_config (e.g. {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}) or pass "
+     "a client optimizer to deepspeed.initialize."),
+    (r"not supported between instances of '\w+' and 'str'|unsupported operand type\(s\).*'str'",
+     "A value is \"auto\": only the HF Trainer fills \"auto\"; with your own engine loop write numbers."),
+    (r"total_num_steps",
+     "WarmupDecayLR and WarmupCosineLR need scheduler.params.total_num_steps (your number of optimizer steps)."),
+    (r"Check batch related parameters",
+     "Make train_batch_size == train_micro_batch_size_per_gpu * gradient_accumulation_steps * world size, "
+     "or give only two of the three."),
+    (r"bfloat16 and fp16 modes cannot be simultaneously enabled", "Enable only one of fp16 and bf16."),
+    (r"Type fp16 is not supported", "The CPU accelerator has no fp16: use bf16 or fp32 on the CPU."),
+    (r"untested ZeRO Optimizer", "Use Adam/AdamW, or set \"zero_allow_untested_optimizer\": true."),
+    (r"ZeRO-Offload with a client provided optimizer",
+     "Let DeepSpeed build the optimizer (an \"optimizer\" block), or set \"zero_force_ds_cpu_optimizer\": false."),
+    (r"out of memory|OutOfMemoryError",
+     "Lower the micro batch or the sequence length, enable gradient checkpointing, or a higher ZeRO stage / "
+     "offload (`dsdoctor estimate`)."),
+]
+
+
+def cause_hint(message: str) -> str | None:
+    """The fix for a known DeepSpeed/torch error message, or None."""
+    for pattern, fix in KNOWN_CAUSES:
+        if re.search(pattern, message):
+            return fix
+    return None
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03) -> list[Finding]:
+    """TRN601/TRN602/TRN603 from the per-step global loss (one value per optimizer step).
+
+    The loss went down when ``mean(last window) < mean(first window) * (1 - margin)`` and the gap exceeds
+    twice the standard error of the difference (so batch-to-batch noise with a zero learning rate does not
+    pass). A run with lr 0, a frozen model or all labels masked fails it; the bundled default drops by ~25%
+    in 100 steps."""
+    findings = []
+    bad = [i + 1 for i, v in enumerate(losses) if v is None or not math.isfinite(v)]
+    if bad:
+        findings.append(TRN602.finding(f"non-finite loss at {len(bad)} of {len(losses)} steps, first at step {bad[0]}"))
+    if len(losses) < 2 * window:
+        findings.append(TRN603.finding(f"{len(losses)} steps logged, {2 * window} needed"))
+        return findings
+    first, last = _finite(losses[:window]), _finite(losses[-window:])
+    if len(first) < 2 or len(last) < 2:
+        findings.append(TRN601.finding("too few finite losses in the first or last window"))
+        return findings
+    f_mean, l_mean = statistics.fmean(first), statistics.fmean(last)
+    noise = math.sqrt(statistics.variance(first) / len(first) + statistics.variance(last) / len(last))
+    drop = f_mean - l_mean
+    evidence = (f"mean loss first {window} steps {f_mean:.4f}, last {window} steps {l_mean:.4f} "
+                f"(drop {drop:.4f} = {drop / abs(f_mean):.1%}; needed > {margin:.0%} and > 2 x noise {noise:.4f})")
+    if drop > margin * abs(f_mean) and drop > 2 * noise:
+        findings.append(TRN601.finding(evidence, severity="ok", title="Loss goes down", fix=""))
+    else:
+        findings.append(TRN601.finding(evidence))
+    return findings
+
+
+def memory_verdict(per_rank: dict[int, list[int]], device_type: str, warmup: int = 5) -> Finding:
+    """TRN604: compare each rank's per-step peak in the first and second halves after ``warmup`` steps.
+
+    Tolerance: 5% of the first half's peak plus 64 MiB on a GPU (allocator rounding, varying padding), 10%
+    plus 256 MiB on the CPU, where the resident set also holds the Python heap and allocator caches."""
+    pct, slack = (0.05, 64 * 2**20) if device_type == "cuda" else (0.10, 256 * 2**20)
+    grown, lines = [], []
+    for rank, series in sorted(per_rank.items()):
+        series = series[warmup:] if len(series) > warmup + 4 else series
+        half = len(series) // 2
+        if half == 0:
+            continue
+        a, b = max(series[:half]), max(series[half:])
+        lines.append(f"rank {rank}: {a / GiB:.2f} -> {b / GiB:.2f} GiB")
+        if b > a * (1 + pct) + slack:
+            grown.append(rank)
+    what = "peak allocated per step" if device_type == "cuda" else "resident memory per step"
+    evidence = f"{what} (first half -> second half after {warmup} warm-up steps): " + "; ".join(lines)
+    if grown:
+        return TRN604.finding(evidence + f"; grew on rank(s) {grown}")
+    return TRN604.finding(evidence, severity="ok", title="Memory is stable", fix="")
+
+
+def checkpoint_verdict(verify: dict | None, method: str) -> Finding:
+    """TRN605 from the trainer's ``summary["verify"]`` (see ``verify_reload_and_merge``)."""
+    if not verify:
+        return TRN605.finding("the trainer wrote no reload result", title="Save was not verified",
+                              severity="warning", fix="Run without --no-verify.")
+    tol = verify["tolerance"]
+    parts = [f"saved {verify.get('saved_tensors')} tensors to {verify.get('saved_to')}"]
+    problems = []
+    if verify.get("empty_tensors"):
+        problems.append(f"{len(verify['empty_tensors'])} empty tensor(s), e.g. {verify['empty_tensors'][0]}")
+    if verify.get("missing_keys"):
+        problems.append(f"{len(verify['missing_keys'])} key(s) missing, e.g. {verify['missing_keys'][0]}")
+    for key, label in (("reload_max_diff", "reload"), ("merge_max_diff", "merge")):
+        if key in verify:
+            parts.append(f"{label} max |Δlogit| {verify[key]:.2e} of scale")
+            if not verify[key] <= tol:
+                problems.append(f"{label} changes the logits by {verify[key]:.2e} > {tol:.0e}")
+    parts.append(f"adapter effect {verify['adapter_effect']:.2e} vs base")
+    if not verify["adapter_effect"] > tol:
+        problems.append("the trained model's logits equal the base model's: the save holds nothing learned")
+    evidence = "; ".join(parts + problems)
+    if problems or not verify.get("roundtrip_ok"):
+        return TRN605.finding(evidence)
+    title = "Adapter reloads and merges" if method == "lora" else "Save reloads into a fresh model"
+    return TRN605.finding(evidence, severity="ok", title=title, fix="")
+
+
+# Dense bf16/fp16 tensor-core peak, FLOP/s, from NVIDIA's datasheets (no sparsity). Matched by substring.
+PEAK_FLOPS = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H800", 989e12),
+              ("A100", 312e12), ("A800", 312e12), ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12),
+              ("RTX 4090", 165e12), ("RTX 3090", 71e12), ("A6000", 155e12), ("V100", 125e12), ("T4", 65e12)]
+
+
+def peak_flops(device_name: str) -> float | None:
+    """Dense 16-bit peak FLOP/s of a GPU by name, or None when it is not in the table."""
+    for key, value in PEAK_FLOPS:
+        if key in device_name:
+            return value
+    return None
+
+
+def model_flops_per_token(total_params: int, trainable_params: int, num_layers: int, hidden: int,
+                          seq_len: float) -> float:
+    """Model FLOPs per trained token, recomputation excluded (so gradient checkpointing does not inflate it).
+
+    Forward 2N, activation gradients 2N, weight gradients 2N_trainable (6N for full fine-tuning, as
+    Chowdhery et al. 2022, appendix B; LoRA/freeze skip the frozen weights' gradients), plus attention
+    scores and values 12·L·h·s (forward 4·L·h·s, backward twice that)."""
+    return 4 * total_params + 2 * trainable_params + 12 * num_layers * hidden * seq_len
+
+
+def throughput(rows_by_rank: dict[int, list[dict]], warmup: int = 2) -> dict:
+    """Tokens/s and samples/s per rank over the steps after ``warmup`` (compilation, allocator growth)."""
+    out = {"tokens_per_s": [], "samples_per_s": [], "mean_tokens_per_sample": []}
+    for rank in sorted(rows_by_rank):
+        rows = rows_by_rank[rank][warmup:] or rows_by_rank[rank]
+        seconds = sum(r["step_time_s"] for r in rows) or float("nan")
+        tok, smp = sum(r["tokens"] for r in rows), sum(r["samples"] for r in rows)
+        out["tokens_per_s"].append(tok / seconds)
+        out["samples_per_s"].append(smp / seconds)
+        out["mean_tokens_per_sample"].append(tok / smp if smp else 0.0)
+    return out
+
+
+def failure_findings(errors: list[dict], returncode: int | None, log_tail: str) -> list[Finding]:
+    """TRN607/TRN609/TRN610/DATA7xx from the ranks' error records: the first rank to fail is the cause;
+    the others are listed as stopped after it. With no record (a rank killed by a signal, OOM-killed),
+    the launcher's exit code and its summary lines are the evidence."""
+    from dsdoctor.rules import catalogue
+
+    rules = catalogue()
+    if not errors:
+        failed = re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log_tail, flags=re.S)
+        detail = "; ".join(f"rank {r} exit code {c}" for r, c in failed[:4]) or f"launcher exit code {returncode}"
+        signal = " (-9: killed, often the host's OOM killer)" if any(c == "-9" for _, c in failed) else ""
+        lines = [ln for ln in log_tail.strip().splitlines() if ln.strip()][-3:]
+        return [TRN607.finding(f"{detail}{signal}; no error record written. Last log lines: " + " | ".join(lines),
+                               fix="Read train.log in --out; a signal kill with no Python error is usually "
+                                   "host memory (dmesg) or a segfault in a compiled op.")]
+    errors = sorted(errors, key=lambda e: e.get("time", 0))
+    first = errors[0]
+    others = [e["rank"] for e in errors[1:]]
+    evidence = (f"rank {first['rank']} failed first, in {first['phase']}: {first['type']}: "
+                f"{first['message'].strip().splitlines()[-1] if first['message'].strip() else ''}")
+    if others:
+        evidence += f" (rank(s) {others} stopped after it)"
+    rule_id = first.get("rule")
+    if rule_id and rule_id in rules:
+        return [rules[rule_id].finding(evidence)]
+    hint = cause_hint(first["message"]) or ""
+    if first["phase"] == "deepspeed.initialize":
+        return [TRN610.finding(evidence, fix=hint or TRN610.fix)]
+    return [TRN607.finding(evidence, fix=hint or TRN607.fix)]

@@ -1,0 +1,3 @@
+from dsdoctor.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""Renderers for a :class:`~dsdoctor.report.Report`: a rich table, JSON and Markdown.
+
+Every row says PASS/INFO/WARN/FAIL in words, not only in colour (uv's STYLE.md); rich honours ``NO_COLOR``
+and drops colour codes when stdout is not a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from dsdoctor.report import Report
+
+STATUS = {"ok": "PASS", "info": "INFO", "warning": "WARN", "error": "FAIL"}
+STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"}
+
+
+def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:
+    """Top-level result values that read well in one cell (numbers, strings, short lists)."""
+    rows = []
+    for key, value in result.items():
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            rows.append((key, str(value)))
+        elif isinstance(value, list) and len(value) <= 8 and all(
+                isinstance(v, (str, int, float, bool)) for v in value):
+            rows.append((key, ", ".join(str(v) for v in value)))
+    return rows
+
+
+def render_json(report: Report) -> str:
+    """The stable JSON interface (``Report.to_dict``), indented, UTF-8 kept readable."""
+    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str)
+
+
+def render_markdown(report: Report) -> str:
+    """A GitHub-flavoured Markdown table of findings, then the scalar result values."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", "<br>")
+
+    lines = [f"## dsdoctor {report.command}", "", "| status | id | finding | evidence | fix |",
+             "|---|---|---|---|---|"]
+    for f in report.findings:
+        lines.append(f"| {STATUS[f.severity]} | {f.id} | {cell(f.title)} | {cell(f.evidence)} | {cell(f.fix)} |")
+    rows = _scalar_items(report.result)
+    if rows:
+        lines += ["", "| result | value |", "|---|---|"] + [f"| {k} | {cell(v)} |" for k, v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def render_table(report: Report, file: TextIO | None = None) -> None:
+    """Print the findings as a rich table (and the scalar result values) to ``file`` (stdout)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file, soft_wrap=False)
+    table = Table(title=f"dsdoctor {report.command}", show_lines=True, expand=False)
+    for name in ("status", "id", "finding", "evidence", "fix"):
+        table.add_column(name, overflow="fold")
+    for f in report.findings:
+        table.add_row(f"[{STYLE[f.severity]}]{STATUS[f.severity]}[/]", f.id, f.title, f.evidence, f.fix)
+    console.print(table)
+    rows = _scalar_items(report.result)
+    if rows:
+        result = Table(show_header=True, box=None)
+        result.add_column("result", style="bold")
+        result.add_column("value", overflow="fold")
+        for key, value in rows:
+            result.add_row(key, value)
+        console.print(result)
+    counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
+    console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")
