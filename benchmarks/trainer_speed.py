@@ -74,7 +74,8 @@ def hf_trainer(args: argparse.Namespace) -> None:
         weight_decay=opt["weight_decay"], warmup_steps=ds["scheduler"]["params"]["warmup_num_steps"],
         max_grad_norm=ds.get("gradient_clipping", 1.0), bf16=ds.get("bf16", {}).get("enabled", False),
         fp16=ds.get("fp16", {}).get("enabled", False), gradient_checkpointing=True,
-        gradient_checkpointing_kwargs={"use_reentrant": False}, deepspeed=ds, logging_steps=10,
+        # --hf-default-ckpt: transformers' own default checkpointing kwargs, as the tutorials' scripts run it
+        gradient_checkpointing_kwargs=None if args.hf_default_ckpt else {"use_reentrant": False}, deepspeed=ds, logging_steps=10,
         save_strategy="no", report_to=[], dataloader_num_workers=0, remove_unused_columns=False, seed=42)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     dataset = ref.build_dataset(args.data, tokenizer, "chatglm", args.seq_len)
@@ -113,7 +114,8 @@ def hf_trainer(args: argparse.Namespace) -> None:
     micro = ds["train_micro_batch_size_per_gpu"] * ds.get("gradient_accumulation_steps", 1)
     steady = timer.times[2:]
     tokens_per_step = micro * args.seq_len  # every sample fills seq_len exactly (make_data)
-    result = {"trainer": "transformers.Trainer", "steps": len(timer.times), "trainable_params": trainable,
+    result = {"trainer": "transformers.Trainer", "gradient_checkpointing_kwargs": targs.gradient_checkpointing_kwargs,
+              "step_times_s": timer.times, "steps": len(timer.times), "trainable_params": trainable,
               "total_params": total, "tokens_per_s": tokens_per_step * len(steady) / sum(steady),
               "step_time_s_median": sorted(steady)[len(steady) // 2], "wall_s": wall,
               "peak_allocated_bytes": torch.cuda.max_memory_allocated() if cuda else None,
@@ -125,14 +127,16 @@ def hf_trainer(args: argparse.Namespace) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher puts it first
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("make-model").add_argument("dir", type=Path)
     sub.add_parser("make-data").add_argument("file", type=Path)
     hf = sub.add_parser("hf")
     for name, kw in (("--model", {}), ("--data", {}), ("--deepspeed", {}), ("--result", {}),
                      ("--output-dir", {"default": "/tmp/hf-trainer"}), ("--seq-len", {"type": int, "default": 1024}),
-                     ("--steps", {"type": int, "default": 40}), ("--local_rank", {"type": int, "default": -1})):
+                     ("--steps", {"type": int, "default": 40})):
         hf.add_argument(name, **kw)
+    hf.add_argument("--hf-default-ckpt", action="store_true")
     args = p.parse_args()
     if args.cmd == "make-model":
         make_model(args.dir)

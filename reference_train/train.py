@@ -313,19 +313,32 @@ def memory_snapshot(device: torch.device) -> dict:
         snap = {"mem_allocated_bytes": torch.cuda.max_memory_allocated(device),
                 "mem_reserved_bytes": torch.cuda.max_memory_reserved(device)}
         torch.cuda.reset_peak_memory_stats(device)
+        handle = _nvml_handle(device)
+        if handle is not None:
+            import pynvml
+
+            snap["nvml_used_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+        return snap
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    return {"mem_allocated_bytes": rss, "mem_reserved_bytes": rss}
+
+
+_NVML: dict = {}
+
+
+def _nvml_handle(device: torch.device):
+    """NVML handle of ``device`` (initialised once), or None where NVML is missing or not permitted."""
+    if device not in _NVML:
         try:
             import pynvml
 
             pynvml.nvmlInit()
             index = device.index if device.index is not None else torch.cuda.current_device()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(_physical_gpu_index(index))
-            snap["nvml_used_bytes"] = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-        except Exception:  # NVML missing or not permitted: torch's numbers still stand
-            pass
-        return snap
-    with open("/proc/self/statm") as f:
-        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return {"mem_allocated_bytes": rss, "mem_reserved_bytes": rss}
+            _NVML[device] = pynvml.nvmlDeviceGetHandleByIndex(_physical_gpu_index(index))
+        except Exception:
+            _NVML[device] = None
+    return _NVML[device]
 
 
 def _physical_gpu_index(index: int) -> int:
@@ -442,30 +455,31 @@ def train_loop(engine, loader, sampler, args, tokenizer, eval_prompts, out: Path
     device = engine.device
     metrics_file = open(out / "metrics" / f"rank{rank}.jsonl", "w", encoding="utf-8")
     history, step, epoch, bad = [], 0, 0, 0
-    loss_sum, micro, tokens, samples = 0.0, 0, 0, 0
+    loss_sum, micro, tokens, samples = torch.zeros((), dtype=torch.float64, device=device), 0, 0, 0
     memory_snapshot(device)
     t0 = time.perf_counter()
     while step < args.max_steps:
         sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
         for batch in loader:
             PHASE = f"train step {step + 1}"
+            tokens += int(batch["attention_mask"].sum())  # counted on the host: no device sync
+            samples += batch["input_ids"].shape[0]
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             loss = engine(**batch).loss
             engine.backward(loss)
             engine.step()
-            loss_sum += loss.detach().float().item()
+            loss_sum += loss.detach()  # stays on the device; read once per optimizer step
             micro += 1
-            tokens += int(batch["attention_mask"].sum())
-            samples += batch["input_ids"].shape[0]
             if engine.global_steps == step:  # not an accumulation boundary yet
                 continue
             step = engine.global_steps
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             step_time = time.perf_counter() - t0
-            mean = torch.tensor([loss_sum / micro], dtype=torch.float64, device=device)
+            local = loss_sum / micro
+            mean = local.clone()
             dist.all_reduce(mean)
-            row = {"step": step, "loss": mean.item() / world, "local_loss": loss_sum / micro,
+            row = {"step": step, "loss": mean.item() / world, "local_loss": local.item(),
                    "lr": engine.get_lr()[0], "tokens": tokens, "samples": samples,
                    "step_time_s": step_time, "time": time.time(), **memory_snapshot(device)}
             metrics_file.write(json.dumps(row) + "\n")
@@ -482,7 +496,7 @@ def train_loop(engine, loader, sampler, args, tokenizer, eval_prompts, out: Path
                         for ids, text in zip(eval_prompts, completions):
                             f.write(json.dumps({"step": step, "prompt": tokenizer.decode(ids),
                                                 "completion": text}, ensure_ascii=False) + "\n")
-            loss_sum, micro, tokens, samples = 0.0, 0, 0, 0
+            loss_sum, micro, tokens, samples = torch.zeros_like(loss_sum), 0, 0, 0
             t0 = time.perf_counter()
             if step >= args.max_steps:
                 break
@@ -588,7 +602,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed,
                                  drop_last=True)
     loader = DataLoader(dataset, batch_size=engine.train_micro_batch_size_per_gpu(), sampler=sampler,
-                        collate_fn=lambda b: collate(b, tokenizer.pad_token_id), drop_last=True)
+                        collate_fn=lambda b: collate(b, tokenizer.pad_token_id), drop_last=True,
+                        pin_memory=on_gpu)  # pinned host memory makes the non_blocking copies asynchronous
     if len(loader) == 0:
         raise SetupError("DATA702", f"{args.data}: {len(dataset)} samples are fewer than one micro batch "
                                     f"({engine.train_micro_batch_size_per_gpu()}) per rank × {world} ranks")

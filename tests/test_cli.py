@@ -1,0 +1,215 @@
+"""The click entry point (dsdoctor/cli.py): version, the rules command, output formats, exit codes, and
+smoke's input validation (which must exit 2 before anything is launched)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from dsdoctor import __version__
+from dsdoctor.cli import cli
+
+ALL_IDS = [f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "NET401"]
+STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
+FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    # click < 8.2 mixes stderr into stdout unless asked not to; 8.2+ always keeps result.stderr apart
+    if "mix_stderr" in inspect.signature(CliRunner.__init__).parameters:
+        return CliRunner(mix_stderr=False)
+    return CliRunner()
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------- version
+def test_version(runner):
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"dsdoctor, version {__version__}"
+
+
+def test_help_lists_commands(runner):
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    assert "rules" in result.stdout and "smoke" in result.stdout
+
+
+# ------------------------------------------------------------------------------------------- rules
+def test_rules_table_lists_every_id(runner):
+    result = runner.invoke(cli, ["rules"])
+    assert result.exit_code == 0, result.output
+    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d)\b", result.stdout))
+    assert found == set(ALL_IDS)
+    assert "INFO" in result.stdout
+
+
+def test_rules_json_lists_every_id_in_order(runner):
+    result = runner.invoke(cli, ["rules", "--format", "json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [f["id"] for f in data["findings"]] == sorted(ALL_IDS)
+    assert [r["id"] for r in data["result"]["rules"]] == sorted(ALL_IDS)
+    assert {f["severity"] for f in data["findings"]} == {"info"}
+
+
+@pytest.mark.parametrize("arg", ["TRN601", "trn601"])
+def test_rules_documents_one_rule(runner, arg):
+    result = runner.invoke(cli, ["rules", arg, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [f["id"] for f in data["findings"]] == ["TRN601"]
+    f = data["findings"][0]
+    assert f["title"] == "Loss did not go down"
+    assert "default severity: error" in f["evidence"]
+    assert "what: The mean loss of the last 10" in f["evidence"]
+    assert "why: A real bug keeps the loss flat" in f["evidence"]
+    assert "example: loss 7.46 -> 7.45" in f["evidence"]
+    assert "deepspeed.initialize(model_parameters=...)" in f["fix"]
+    (rule,) = data["result"]["rules"]
+    assert rule["id"] == "TRN601" and rule["severity"] == "error"
+    assert set(rule) == {"id", "severity", "title", "what", "why", "fix", "source", "example"}
+
+
+def test_rules_one_rule_table(runner):
+    result = runner.invoke(cli, ["rules", "TRN601"])
+    assert result.exit_code == 0
+    assert "TRN601" in result.stdout
+    assert "TRN602" not in result.stdout
+    assert "Loss did not go" in result.stdout
+
+
+def test_rules_unknown_id_exits_2_with_one_line(runner):
+    result = runner.invoke(cli, ["rules", "NOPE"])
+    line = one_error_line(result)
+    assert line.startswith("dsdoctor: error: unknown rule 'NOPE'")
+    assert f"lists {len(ALL_IDS)} rules" in line
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("fail_on, code", [("error", 0), ("warning", 0), ("info", 1)])
+def test_fail_on_sets_exit_code(runner, fail_on, code):
+    # every rules finding is `info`
+    assert runner.invoke(cli, ["rules", "--fail-on", fail_on, "--format", "json"]).exit_code == code
+
+
+def test_fail_on_rejects_unknown_level(runner):
+    assert runner.invoke(cli, ["rules", "--fail-on", "fatal"]).exit_code == 2
+
+
+# ------------------------------------------------------------------------------------------- output formats
+def check_stable(data: dict) -> None:
+    assert set(data) == STABLE_KEYS
+    assert data["command"] == "rules"
+    assert data["dsdoctor_version"] == __version__
+    assert data["findings"] and all(set(f) == FINDING_KEYS for f in data["findings"])
+
+
+def test_format_json_is_valid_json(runner):
+    result = runner.invoke(cli, ["rules", "--format", "json"])
+    check_stable(json.loads(result.stdout))
+
+
+def test_json_dash_prints_only_json(runner):
+    result = runner.invoke(cli, ["rules", "--json", "-"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)  # fails if the table were printed too
+    check_stable(data)
+    # also with another --format: stdout still carries the JSON alone
+    other = runner.invoke(cli, ["rules", "--json", "-", "--format", "markdown"])
+    assert json.loads(other.stdout) == data
+
+
+def test_format_markdown(runner):
+    result = runner.invoke(cli, ["rules", "--format", "markdown"])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("## dsdoctor rules\n")
+    assert "| INFO | NET401 | MASTER_PORT is busy |" in result.stdout
+
+
+def test_json_path_writes_file(runner, tmp_path):
+    target = tmp_path / "report.json"
+    result = runner.invoke(cli, ["rules", "NET401", "--json", str(target)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(target.read_text(encoding="utf-8"))
+    check_stable(data)
+    assert [f["id"] for f in data["findings"]] == ["NET401"]
+    assert "NET401" in result.stdout  # the table still goes to stdout
+
+
+def test_json_path_in_missing_directory_exits_2(runner):
+    result = runner.invoke(cli, ["rules", "--json", "/nonexistent/dir/x.json"])
+    line = one_error_line(result)
+    assert line.startswith("dsdoctor: error: cannot write --json /nonexistent/dir/x.json")
+
+
+# ------------------------------------------------------------------------------------------- smoke validation
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Bad input must be rejected before any rank is launched: fail loudly if smoke gets that far."""
+    from dsdoctor.commands import smoke
+
+    def boom(*args, **kwargs):
+        raise AssertionError("smoke launched a run despite bad input")
+
+    monkeypatch.setattr(smoke, "supervise", boom)
+    monkeypatch.setenv("DSDOCTOR_DEBUG", "1")  # an internal error would raise here, not exit 2
+
+
+def smoke_error(runner, tmp_path, *args: str) -> str:
+    result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / "out"), "--timeout", "5", *args])
+    line = one_error_line(result)
+    assert line.startswith("dsdoctor: error: "), line
+    return line
+
+
+def test_smoke_missing_model(runner, tmp_path, no_launch):
+    line = smoke_error(runner, tmp_path, "--model", "/does/not/exist")
+    assert "--model /does/not/exist: no such directory" in line
+
+
+def test_smoke_model_without_config(runner, tmp_path, no_launch):
+    (tmp_path / "m").mkdir()
+    assert "no config.json" in smoke_error(runner, tmp_path, "--model", str(tmp_path / "m"))
+
+
+def test_smoke_broken_deepspeed_config(runner, tmp_path, no_launch):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"zero_optimization": {"stage": 2}\n', encoding="utf-8")  # unclosed, also bad HJSON
+    line = smoke_error(runner, tmp_path, "--deepspeed", str(broken))
+    assert f"--deepspeed {broken}: not valid JSON" in line
+
+
+def test_smoke_deepspeed_config_not_an_object(runner, tmp_path, no_launch):
+    cfg = tmp_path / "list.json"
+    cfg.write_text("[1, 2]", encoding="utf-8")
+    assert "top level must be a JSON object, not list" in smoke_error(runner, tmp_path, "--deepspeed", str(cfg))
+
+
+def test_smoke_missing_deepspeed_config(runner, tmp_path, no_launch):
+    line = smoke_error(runner, tmp_path, "--deepspeed", str(tmp_path / "nope.json"))
+    assert "no such file" in line
+
+
+def test_smoke_missing_data(runner, tmp_path, no_launch):
+    line = smoke_error(runner, tmp_path, "--data", str(tmp_path / "missing.jsonl"))
+    assert f"--data {tmp_path / 'missing.jsonl'}: no such file" in line
+
+
+@pytest.mark.parametrize("steps", ["0", "-3"])
+def test_smoke_steps_below_one(runner, tmp_path, no_launch, steps):
+    line = smoke_error(runner, tmp_path, "--steps", steps)
+    assert line == f"dsdoctor: error: --steps must be at least 1, got {steps}"
