@@ -20,6 +20,8 @@ NET401 = rule(
 def port_in_use(port: int, host: str = "") -> bool:
     """True when ``port`` cannot be bound on ``host`` (all interfaces by default) because it is taken."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as the TCPStore binds: SO_REUSEADDR, so a port left in TIME_WAIT by a finished run is free
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -40,7 +42,7 @@ def master_port_finding(env: dict | None = None):
     value = env.get("MASTER_PORT")
     if not value:
         return None
-    if not value.isdigit() or not 0 < int(value) < 65536:
+    if not (value.isascii() and value.isdecimal()) or not 0 < int(value) < 65536:
         return NET401.finding(f"MASTER_PORT={value!r} is not a port number", title="MASTER_PORT is invalid",
                               fix="Set MASTER_PORT to a free port number between 1024 and 65535.")
     if port_in_use(int(value)):

@@ -154,8 +154,9 @@ def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03) -
     f_mean, l_mean = statistics.fmean(first), statistics.fmean(last)
     noise = math.sqrt(statistics.variance(first) / len(first) + statistics.variance(last) / len(last))
     drop = f_mean - l_mean
+    relative = f"{drop / abs(f_mean):.1%}" if f_mean else "n/a"
     evidence = (f"mean loss first {window} steps {f_mean:.4f}, last {window} steps {l_mean:.4f} "
-                f"(drop {drop:.4f} = {drop / abs(f_mean):.1%}; needed > {margin:.0%} and > 2 x noise {noise:.4f})")
+                f"(drop {drop:.4f} = {relative}; needed > {margin:.0%} and > 2 x noise {noise:.4f})")
     if drop > margin * abs(f_mean) and drop > 2 * noise:
         findings.append(TRN601.finding(evidence, severity="ok", title="Loss goes down", fix=""))
     else:

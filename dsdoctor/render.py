@@ -50,6 +50,7 @@ def render_markdown(report: Report) -> str:
 def render_table(report: Report, file: TextIO | None = None) -> None:
     """Print the findings as a rich table (and the scalar result values) to ``file`` (stdout)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=file, soft_wrap=False)
@@ -57,7 +58,9 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
     for name in ("status", "id", "finding", "evidence", "fix"):
         table.add_column(name, overflow="fold")
     for f in report.findings:
-        table.add_row(f"[{STYLE[f.severity]}]{STATUS[f.severity]}[/]", f.id, f.title, f.evidence, f.fix)
+        # finding text is data (DeepSpeed messages, paths with [..]), never rich markup
+        table.add_row(f"[{STYLE[f.severity]}]{STATUS[f.severity]}[/]", escape(f.id), escape(f.title),
+                      escape(f.evidence), escape(f.fix))
     console.print(table)
     rows = _scalar_items(report.result)
     if rows:
@@ -65,7 +68,7 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
         result.add_column("result", style="bold")
         result.add_column("value", overflow="fold")
         for key, value in rows:
-            result.add_row(key, value)
+            result.add_row(escape(key), escape(value))
         console.print(result)
     counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
     console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")

@@ -140,9 +140,6 @@ def test_render_table_empty_report():
     assert "no findings" in buf.getvalue()
 
 
-@pytest.mark.xfail(reason="render.py:60 passes finding text to rich as markup: '[...]' is eaten and "
-                          "'[/path]' raises MarkupError (fix: rich.markup.escape on title/evidence/fix)",
-                   strict=False)
 @pytest.mark.parametrize("evidence", ["missing key [lora_A.weight]", "file [/tmp/x] gone"])
 def test_render_table_prints_brackets_literally(evidence):
     buf = io.StringIO()

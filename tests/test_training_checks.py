@@ -313,8 +313,6 @@ def test_throughput_short_run_uses_all_steps():
     assert out["tokens_per_s"] == [50.0] and out["samples_per_s"] == [2.0] and out["mean_tokens_per_sample"] == [25.0]
 
 
-@pytest.mark.xfail(reason="checks/training.py:158 divides the drop by abs(f_mean): ZeroDivisionError when the "
-                          "first window's mean loss is 0", raises=ZeroDivisionError, strict=False)
 def test_zero_loss_does_not_crash():
     (f,) = loss_verdicts([0.0] * 20)
     assert (f.id, f.severity) == ("TRN601", "error")
