@@ -103,7 +103,8 @@ KNOWN_CAUSES: list[tuple[str, str]] = [
     (r"requires an optimizer|must provide optimizer",
      "Add an \"optimizer\" block to the ds_config (e.g. {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}) or pass "
      "a client optimizer to deepspeed.initialize."),
-    (r"not supported between instances of '\w+' and 'str'|unsupported operand type\(s\).*'str'",
+    (r"not supported between instances of '\w+' and 'str'|unsupported operand type\(s\).*'str'"
+     r"|non-int of type 'str'",
      "A value is \"auto\": only the HF Trainer fills \"auto\"; with your own engine loop write numbers."),
     (r"total_num_steps",
      "WarmupDecayLR and WarmupCosineLR need scheduler.params.total_num_steps (your number of optimizer steps)."),
@@ -251,32 +252,65 @@ def throughput(rows_by_rank: dict[int, list[dict]], warmup: int = 2) -> dict:
     return out
 
 
+# Errors a rank raises because another rank died: never the cause when a rank failed before them.
+SECONDARY = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe|"
+                       r"communicator was aborted|ProcessGroupNCCL.*(watchdog|timeout)|SIGTERM|Signal 15", re.I)
+SIGNALS = {"-9": "SIGKILL: often the host's OOM killer", "-11": "SIGSEGV: a crash in a compiled op",
+           "-6": "SIGABRT", "-15": "SIGTERM", "-7": "SIGBUS: often /dev/shm too small"}
+
+
+def root_cause(log_tail: str) -> tuple[int, str] | None:
+    """(rank, exit code) of torchrun's 'Root Cause (first observed failure)' block, or None."""
+    block = log_tail.rsplit("Root Cause", 1)
+    if len(block) < 2:
+        return None
+    match = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", block[1], flags=re.S)
+    return (int(match.group(1)), match.group(2)) if match else None
+
+
 def failure_findings(errors: list[dict], returncode: int | None, log_tail: str) -> list[Finding]:
-    """TRN607/TRN609/TRN610/DATA7xx from the ranks' error records: the first rank to fail is the cause;
-    the others are listed as stopped after it. With no record (a rank killed by a signal, OOM-killed),
-    the launcher's exit code and its summary lines are the evidence."""
+    """TRN607/TRN609/TRN610/DATA7xx: which rank failed first and why.
+
+    The cause is, in order: torchrun's 'Root Cause (first observed failure)' rank (with its error record when
+    it wrote one, else its exit code: a rank killed by a signal writes nothing); else the earliest error record
+    that is not a consequence of another rank's death (gloo/NCCL 'connection closed by peer'); else the
+    earliest record; else the launcher's exit code and last log lines."""
     from dsdoctor.rules import catalogue
 
     rules = catalogue()
-    if not errors:
+    errors = sorted(errors, key=lambda e: e.get("time", 0))
+    by_rank = {e["rank"]: e for e in errors}
+    root = root_cause(log_tail)
+    first = None
+    if root is not None and root[0] in by_rank:
+        first = by_rank[root[0]]
+    elif root is not None and root[1].startswith("-"):
+        rank, code = root
+        others = sorted(r for r in by_rank if r != rank)
+        evidence = (f"rank {rank} exit code {code} ({SIGNALS.get(code, 'killed by a signal')}) with no Python error"
+                    + (f"; rank(s) {others} failed after it" if others else ""))
+        return [TRN607.finding(evidence, fix="A rank killed by a signal: check host memory (`dmesg | grep -i "
+                                             "oom`), /dev/shm size, and train.log in --out.")]
+    if first is None:
+        primary = [e for e in errors if not SECONDARY.search(e.get("message", ""))]
+        first = (primary or errors or [None])[0]
+    if first is None:
         failed = re.findall(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", log_tail, flags=re.S)
         detail = "; ".join(f"rank {r} exit code {c}" for r, c in failed[:4]) or f"launcher exit code {returncode}"
-        signal = " (-9: killed, often the host's OOM killer)" if any(c == "-9" for _, c in failed) else ""
         lines = [ln for ln in log_tail.strip().splitlines() if ln.strip()][-3:]
-        return [TRN607.finding(f"{detail}{signal}; no error record written. Last log lines: " + " | ".join(lines),
+        return [TRN607.finding(f"{detail}; no error record written. Last log lines: " + " | ".join(lines),
                                fix="Read train.log in --out; a signal kill with no Python error is usually "
                                    "host memory (dmesg) or a segfault in a compiled op.")]
-    errors = sorted(errors, key=lambda e: e.get("time", 0))
-    first = errors[0]
-    others = [e["rank"] for e in errors[1:]]
+    message = first["message"].strip()
     evidence = (f"rank {first['rank']} failed first, in {first['phase']}: {first['type']}: "
-                f"{first['message'].strip().splitlines()[-1] if first['message'].strip() else ''}")
+                f"{message.splitlines()[-1] if message else ''}")
+    others = sorted(r for r in by_rank if r != first["rank"])
     if others:
         evidence += f" (rank(s) {others} stopped after it)"
     rule_id = first.get("rule")
     if rule_id and rule_id in rules:
         return [rules[rule_id].finding(evidence)]
-    hint = cause_hint(first["message"]) or ""
+    hint = cause_hint(message) or ""
     if first["phase"] == "deepspeed.initialize":
         return [TRN610.finding(evidence, fix=hint or TRN610.fix)]
     return [TRN607.finding(evidence, fix=hint or TRN607.fix)]

@@ -45,6 +45,12 @@ DEFAULT_EVAL_PROMPTS = ASSETS / "data" / "sft_eval_prompts.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 
+# Learning rates of the default config. For real models, the usual values: LoRA 1e-4..3e-4, ChatGLM's
+# P-Tuning v2 2e-2, full and freeze fine-tuning of a 6B+ model 1e-5..2e-5. The bundled tiny model is a random
+# init that must visibly learn in 100 steps, so it gets larger ones.
+DEFAULT_LR = {"lora": 2e-4, "ptuning": 2e-2, "freeze": 2e-5, "full": 2e-5}
+DEFAULT_LR_TINY = {"lora": 2e-3, "ptuning": 2e-2, "freeze": 1e-3, "full": 1e-3}
+
 # Where the run is, for the error report when a rank dies (set as the script goes).
 PHASE = "start"
 
@@ -80,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # The values below only build the default ds_config; a --deepspeed file wins (DeepSpeed's keys verbatim).
     p.add_argument("--per-device-train-batch-size", type=int, default=4)  # train_micro_batch_size_per_gpu
     p.add_argument("--gradient-accumulation-steps", type=int, default=1)
-    p.add_argument("--learning-rate", type=float, default=2e-3)  # LoRA on a tiny random model; ~1e-4 for 6B
+    p.add_argument("--learning-rate", type=float, default=None, help="default: by method, see DEFAULT_LR")
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--zero-stage", type=int, choices=[0, 1, 2, 3], default=2)
     p.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default="auto",
@@ -96,7 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--trust-remote-code", action="store_true", help="run the model directory's own code")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.learning_rate is None:
+        table = DEFAULT_LR_TINY if Path(args.model).resolve() == DEFAULT_MODEL else DEFAULT_LR
+        args.learning_rate = table[args.method]
+    return args
 
 
 def build_ds_config(args: argparse.Namespace, on_gpu: bool, bf16_supported: bool) -> dict:

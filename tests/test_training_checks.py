@@ -191,8 +191,46 @@ def test_earliest_error_wins_and_others_are_listed():
     (f,) = failure_findings(errors, 1, "")
     assert (f.id, f.severity) == ("TRN607", "error")
     assert f.evidence == ("rank 2 failed first, in train step 3: RuntimeError: CUDA error: an illegal memory "
-                          "access (rank(s) [1, 0] stopped after it)")
+                          "access (rank(s) [0, 1] stopped after it)")
     assert f.fix == training.TRN607.fix
+
+
+def test_a_peer_crash_error_is_not_the_cause_even_when_earlier():
+    errors = [record(0, 100.0, message="[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:5"),
+              record(1, 101.0, phase="deepspeed.initialize", type_="AssertionError",
+                     message="zero stage 2 requires an optimizer")]
+    (f,) = failure_findings(errors, 1, "")
+    assert (f.id, f.evidence.split(",")[0]) == ("TRN610", "rank 1 failed first")
+
+
+TORCHRUN_ROOT_CAUSE = """Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 8880)  (SIGTERM)
+------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-29_09:39:37
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 8881)  (SIGKILL)
+  error_file: <N/A>
+"""
+
+
+def test_torchrun_root_cause_rank_killed_by_signal_beats_the_survivors_errors():
+    errors = [record(0, 100.0, message="Connection closed by peer")]
+    (f,) = failure_findings(errors, 1, TORCHRUN_ROOT_CAUSE)
+    assert f.id == "TRN607"
+    assert f.evidence == ("rank 1 exit code -9 (SIGKILL: often the host's OOM killer) with no Python error; "
+                          "rank(s) [0] failed after it")
+
+
+def test_torchrun_root_cause_rank_with_a_record_uses_the_record():
+    log = TORCHRUN_ROOT_CAUSE.replace("-9 (pid: 8881)  (SIGKILL)", "1 (pid: 8881)")
+    errors = [record(0, 99.0, message="Connection closed by peer"),
+              record(1, 100.0, message="data broke", rule="DATA702")]
+    (f,) = failure_findings(errors, 1, log)
+    assert f.id == "DATA702" and f.evidence.startswith("rank 1 failed first")
 
 
 def test_single_error_lists_no_others():
@@ -257,8 +295,7 @@ Root Cause (first observed failure):
 def test_no_record_and_sigkill_gives_trn607_mentioning_minus_9():
     (f,) = failure_findings([], 1, TORCHRUN_TAIL)
     assert (f.id, f.severity) == ("TRN607", "error")
-    assert f.evidence.startswith("rank 1 exit code -9 (-9: killed, often the host's OOM killer); no error record")
-    assert "Signal 9 (SIGKILL) received by PID 4242" in f.evidence
+    assert f.evidence == "rank 1 exit code -9 (SIGKILL: often the host's OOM killer) with no Python error"
     assert "dmesg" in f.fix
 
 

@@ -1,0 +1,198 @@
+"""`dsdoctor smoke` end to end: real torchrun / deepspeed launches of the reference trainer on 2 CPU ranks over
+gloo, with the real DeepSpeed engine. Each test launches real processes (10-30 s each on 2 cores)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+ENV.pop("MASTER_PORT", None)
+
+
+def smoke(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, dict, str]:
+    """Run `dsdoctor smoke` as a user would; return (exit code, JSON report, stderr)."""
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dsdoctor", "smoke", "--out", str(out), "--json", str(tmp_path / "report.json"),
+           *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text()) if (tmp_path / "report.json").exists() else {}
+    return proc.returncode, report, proc.stderr
+
+
+def by_id(report: dict) -> dict[str, dict]:
+    return {f["id"]: f for f in report["findings"]}
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (the run's --out dir): what must be gone after a run."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return [p for p in found if p != os.getpid()]
+
+
+def test_default_smoke_100_steps_passes_on_two_cpu_ranks(tmp_path):
+    code, report, stderr = smoke(tmp_path, "--steps", "100")
+    found = by_id(report)
+    assert code == 0, stderr
+    assert {k: found[k]["severity"] for k in ("TRN600", "TRN601", "TRN604", "TRN605", "TRN606")} == {
+        "TRN600": "info", "TRN601": "ok", "TRN604": "ok", "TRN605": "ok", "TRN606": "info"}
+    result = report["result"]
+    assert result["world_size"] == 2 and result["steps"] == 100
+    assert result["loss_decreased"] is True
+    assert result["loss_last"] < result["loss_first"] * 0.95
+    assert result["checkpoint_roundtrip"] is True
+    assert result["trainable_params"] == 28_672  # 4 layers x (q_proj 256*8+8*256 + v_proj 256*8+8*128)
+    assert len(result["peak_allocated_bytes"]) == 2 and all(b > 100 * 2**20 for b in result["peak_allocated_bytes"])
+    assert len(result["tokens_per_s"]) == 2 and all(t > 0 for t in result["tokens_per_s"])
+    env = result["environment"]
+    assert env["world_size"] == 2 and env["backend"] == "gloo" and [r["rank"] for r in env["ranks"]] == [0, 1]
+    verify = result["verify"]
+    assert verify["saved_tensors"] == 16 and verify["empty_tensors"] == []
+    assert verify["reload_max_diff"] <= 1e-3 and verify["merge_max_diff"] <= 1e-3 and verify["adapter_effect"] > 1e-2
+    out = tmp_path / "out"
+    assert (out / "adapter" / "adapter_model.safetensors").is_file() and (out / "smoke.png").stat().st_size > 10_000
+    assert len((out / "metrics" / "rank1.jsonl").read_text().splitlines()) == 100
+    assert processes_mentioning(str(out)) == []
+
+
+def test_all_labels_masked_is_a_data_finding_with_line_numbers(tmp_path):
+    data = tmp_path / "masked.jsonl"
+    data.write_text("".join(json.dumps({"instruction": f"question {i}", "output": ""}) + "\n" for i in range(40)))
+    code, report, _ = smoke(tmp_path, "--steps", "20", "--data", str(data))
+    assert code == 1
+    assert report["findings"][-1]["id"] == "DATA701"
+    assert "40 sample(s) have no answer token" in report["findings"][-1]["evidence"]
+    assert "line(s) 1, 2, 3" in report["findings"][-1]["evidence"]
+    assert report["result"]["loss_decreased"] is False and report["result"]["checkpoint_roundtrip"] is False
+
+
+@pytest.mark.parametrize("config, message, fix", [
+    ({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}},
+     "zero stage 2 requires an optimizer", 'Add an "optimizer" block'),
+    ({"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}}, "zero_optimization": {"stage": 2}},
+     "TypeError", '"auto"'),
+])
+def test_config_deepspeed_rejects_at_initialize(tmp_path, config, message, fix):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(config))
+    code, report, _ = smoke(tmp_path, "--steps", "20", "--deepspeed", str(path))
+    found = by_id(report)
+    assert code == 1
+    assert "TRN610" in found, report["findings"]
+    assert message in found["TRN610"]["evidence"] and "in deepspeed.initialize" in found["TRN610"]["evidence"]
+    assert fix in found["TRN610"]["fix"]
+    assert "TRN601" not in found  # no loss verdict on a run that never trained
+
+
+def test_zero_learning_rate_fails_the_loss_check(tmp_path):
+    code, report, _ = smoke(tmp_path, "--steps", "24", "--lr", "0")
+    found = by_id(report)
+    assert code == 1
+    assert found["TRN601"]["severity"] == "error"
+    assert found["TRN605"]["severity"] == "error"  # an adapter that never moved has no effect
+    assert "the trained model's logits equal the base model's" in found["TRN605"]["evidence"]
+
+
+def test_zero3_lora_adapter_is_gathered_not_empty(tmp_path):
+    code, report, stderr = smoke(tmp_path, "--steps", "20", "--zero", "3")
+    assert code == 0, report.get("findings") or stderr
+    assert report["result"]["zero_stage"] == 3
+    verify = report["result"]["verify"]
+    assert verify["saved_tensors"] == 16 and verify["empty_tensors"] == [] and verify["saved_bytes"] == 28_672 * 4
+
+
+@pytest.mark.parametrize("method, trainable", [
+    # the last 2 layers: q,o 256x256; k,v 256x128; q/k/v biases; gate/up/down 256x704; 2 RMSNorms
+    ("freeze", 2 * (2 * 256 * 256 + 2 * 256 * 128 + 256 + 2 * 128 + 3 * 256 * 704 + 2 * 256)),
+    ("ptuning", 16 * 2 * 4 * 128),  # virtual tokens x (k, v) x layers x kv width (2 kv heads x 64)
+    ("full", 3_805_440),  # embeddings 2 x 1664 x 256 (untied) + 4 layers x 738,304 + final norm 256
+])
+def test_other_methods_train_save_and_reload(tmp_path, method, trainable):
+    code, report, stderr = smoke(tmp_path, "--steps", "20", "--method", method)
+    found = by_id(report)
+    assert code == 0, report.get("findings") or stderr
+    assert report["result"]["trainable_params"] == trainable
+    assert found["TRN605"]["severity"] == "ok"
+    assert report["result"]["verify"]["reload_max_diff"] <= 1e-3
+    assert ("merge_max_diff" in report["result"]["verify"]) is False  # only LoRA merges
+
+
+def test_deepspeed_launcher_runs_the_same_job(tmp_path):
+    code, report, stderr = smoke(tmp_path, "--steps", "20", "--launcher", "deepspeed")
+    assert code == 0, report.get("findings") or stderr
+    assert report["result"]["world_size"] == 2 and report["result"]["environment"]["world_size"] == 2
+
+
+def test_a_killed_rank_is_named_and_nothing_is_left_behind(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "smoke", "--steps", "100000", "--out", str(out),
+                             "--json", str(tmp_path / "report.json"), "--no-verify"],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "metrics" / "rank1.jsonl").exists() or not (out / "run_env.json").exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    rank1 = json.loads((out / "run_env.json").read_text())["ranks"][1]["pid"]
+    os.kill(rank1, signal.SIGKILL)
+    proc.communicate(timeout=120)
+    report = json.loads((tmp_path / "report.json").read_text())
+    failure = by_id(report)["TRN607"]
+    assert proc.returncode == 1
+    assert failure["evidence"].startswith("rank 1 exit code -9 (SIGKILL"), failure
+    assert "rank(s) [0] failed after it" in failure["evidence"]
+    assert processes_mentioning(str(out)) == []
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "smoke", "--steps", "100000", "--out", str(out),
+                             "--no-verify"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "metrics" / "rank0.jsonl").exists() or not (out / "metrics" / "rank0.jsonl").stat().st_size:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    assert len(processes_mentioning(str(out))) >= 3  # the launcher and two ranks
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in stderr and "Traceback" not in stderr
+    assert processes_mentioning(str(out)) == []
+
+
+def test_timeout_kills_the_run_and_says_so(tmp_path):
+    code, report, _ = smoke(tmp_path, "--steps", "100000", "--timeout", "4", "--no-verify")
+    assert code == 1
+    assert by_id(report)["TRN608"]["evidence"].startswith("no end after 4 s")
+    assert processes_mentioning(str(tmp_path / "out")) == []
+
+
+def test_busy_master_port_is_reported_before_any_rank_starts(tmp_path, monkeypatch):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        env = {**ENV, "MASTER_PORT": str(port)}
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "dsdoctor", "smoke", "--out", str(tmp_path / "out"),
+                               "--format", "json"], env=env, capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and [f["id"] for f in report["findings"]] == ["NET401"]
+    assert f"MASTER_PORT={port} is already bound" in report["findings"][0]["evidence"]
+    assert not (tmp_path / "out" / "train.log").exists() and time.monotonic() - start < 30
