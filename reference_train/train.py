@@ -539,7 +539,6 @@ def run_environment(engine, rank: int, world: int, device: torch.device) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
-    global PHASE
     args = parse_args(argv)
     out = Path(args.output_dir)
     rank = int(os.environ.get("RANK", 0))

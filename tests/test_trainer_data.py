@@ -274,3 +274,14 @@ def test_lora_parameter_count_exact(offline):
     trainable, total = train.count_parameters(model)
     assert trainable == 28_672
     assert total == total0 + 28_672
+
+
+def test_a_tokenizer_chat_template_is_used_when_present(tokenizer):
+    import copy
+
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = ("{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
+                          "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    assert chat.decode(train.format_prompt(chat, "auto", "hi there", None)) == "<|user|>hi there<|assistant|>"
+    assert chat.decode(train.format_prompt(chat, "chatglm", "hi there", None)) == "问：hi there\n答："
+    assert chat.decode(train.format_prompt(chat, "Q: {instruction} A:", "hi", "x")) == "Q: hi\nx A:"

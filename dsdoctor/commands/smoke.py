@@ -322,8 +322,9 @@ def run_smoke(opts: SmokeOptions) -> Report:
         report.result.update(loss_first=round(first, 4), loss_last=round(last, 4))
     report.result["loss_decreased"] = any(f.id == "TRN601" and f.severity == "ok" for f in report.findings)
 
-    device_type = "cuda" if any("nvml_used_bytes" in r or r.get("mem_reserved_bytes") != r.get("mem_allocated_bytes")
-                                for rows in rows_by_rank.values() for r in rows) else report.result["device"]
+    device_type = report.result["device"]
+    if run_env and run_env.get("ranks"):
+        device_type = "cuda" if run_env["ranks"][0]["device"].startswith("cuda") else "cpu"
     if rows_by_rank and any(rows_by_rank.values()):
         report.result["peak_allocated_bytes"] = [max(r["mem_allocated_bytes"] for r in rows) if rows else None
                                                  for _, rows in sorted(rows_by_rank.items())]
@@ -365,8 +366,8 @@ def run_smoke(opts: SmokeOptions) -> Report:
         if key in summary:
             report.result[key] = summary[key]
     eval_rows = _read_jsonl(out / "eval.jsonl")
-    if eval_rows:
-        report.result["greedy_eval"] = eval_rows[-len(eval_rows) // 2 or -1:] if len(eval_rows) > 4 else eval_rows
+    if eval_rows:  # the generations of the last evaluation
+        report.result["greedy_eval"] = [r for r in eval_rows if r["step"] == eval_rows[-1]["step"]]
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
     return report
 
