@@ -16,8 +16,15 @@ DATA701 = rule(
     example="line 17: prompt 300 tokens with --seq-len 256")
 DATA702 = rule(
     "DATA702", "error", "Malformed dataset",
-    what="A line is not JSON, lacks 'instruction' or 'output', has a non-string value, or the file has "
-         "fewer samples than one micro batch per rank.",
+    what="A line is not JSON, lacks 'instruction' or 'output', has a non-string value, the file is not UTF-8 "
+         "text, or it is one JSON array instead of JSON lines.",
     why="The run would crash later, or train on nothing.",
     fix="Write one JSON object per line: {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}.",
     source="the alpaca format (instruction/input/output)")
+DATA703 = rule(
+    "DATA703", "error", "Fewer samples than one global micro batch",
+    what="The dataset has fewer samples than micro batch x world size, so no rank gets a full batch.",
+    why="With drop_last every rank's loader is empty and nothing trains; without it ranks get different "
+        "batch counts and the collectives hang at the end of the epoch.",
+    fix="Add samples, or lower the micro batch (--micro-batch) or the number of ranks (--nproc).",
+    source="torch.utils.data.distributed.DistributedSampler(drop_last=True)")

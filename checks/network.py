@@ -13,7 +13,8 @@ NET401 = rule(
     what="The rendezvous port is already bound on this host.",
     why="torchrun / the deepspeed launcher then fails with 'address already in use' (EADDRINUSE), or worse, "
         "ranks join another job's rendezvous and hang: a leftover run or a second job on the same port.",
-    fix="Pick a free port (--master_port 29501), or find the holder with `ss -ltnp | grep PORT` and stop it.",
+    fix="Set MASTER_PORT to a free port (export MASTER_PORT=29501; launchers: --master_port 29501), unset it "
+        "(dsdoctor then picks a free one), or find the holder with `ss -ltnp | grep PORT` and stop it.",
     source="torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py (TCPStore binds MASTER_PORT)")
 
 

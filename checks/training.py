@@ -81,21 +81,23 @@ TRN608 = rule(
     what="The run did not finish within --timeout; the ranks and the last step seen.",
     why="A hang: a rank that never joined a collective, a rendezvous that never completed, a deadlock in "
         "a save that only rank 0 entered.",
-    fix="Run `dsdoctor nccl` to test the collectives; check that every rank reaches the same collectives.",
+    fix="If the last step kept advancing, the run is only slow: raise --timeout. If it stopped, a rank is stuck "
+        "in a collective the others never entered (a save or eval only rank 0 runs), or the network is wrong: "
+        "rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME.",
     source="dsdoctor smoke")
 TRN609 = rule(
     "TRN609", "error", "Nothing to train",
     what="The method left no trainable parameter, or LoRA found no target module in the architecture.",
     why="DeepSpeed then has an empty optimizer and the loss cannot move.",
-    fix="Pass --lora-targets with the model's linear layer names (print the model to see them), or "
-        "--freeze-last N with N >= 1.",
+    fix="Pass --lora-targets with the model's linear layer names (print the model to see them); with "
+        "reference_train/train.py directly, --freeze-last N with N >= 1.",
     source="reference_train/train.py build_model")
 TRN610 = rule(
     "TRN610", "error", "DeepSpeed rejected the config at initialize",
     what="deepspeed.initialize raised: the config cannot train with this engine loop.",
     why="DeepSpeed validates much of the config only after the model has loaded: an optimizer missing for "
         "ZeRO >= 1, \"auto\" outside the HF Trainer, both fp16 and bf16, inconsistent batch values.",
-    fix="Run `dsdoctor check` on the config; the evidence is DeepSpeed's message.",
+    fix="Correct the config key named in DeepSpeed's message (the evidence).",
     source="deepspeed/runtime/engine.py, deepspeed/runtime/config.py")
 
 # What DeepSpeed's own messages mean, for the fix of TRN607/TRN610 (seen on DeepSpeed 0.19.8, shared/FACTS.md).
@@ -103,7 +105,7 @@ KNOWN_CAUSES: list[tuple[str, str]] = [
     (r"requires an optimizer|must provide optimizer",
      "Add an \"optimizer\" block to the ds_config (e.g. {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}) or pass "
      "a client optimizer to deepspeed.initialize."),
-    (r"not supported between instances of '\w+' and 'str'|unsupported operand type\(s\).*'str'"
+    (r"not supported between instances of ('str' and '\w+'|'\w+' and 'str')|unsupported operand type\(s\).*'str'"
      r"|non-int of type 'str'",
      "A value is \"auto\": only the HF Trainer fills \"auto\"; with your own engine loop write numbers."),
     (r"total_num_steps",
@@ -117,8 +119,8 @@ KNOWN_CAUSES: list[tuple[str, str]] = [
     (r"ZeRO-Offload with a client provided optimizer",
      "Let DeepSpeed build the optimizer (an \"optimizer\" block), or set \"zero_force_ds_cpu_optimizer\": false."),
     (r"out of memory|OutOfMemoryError",
-     "Lower the micro batch or the sequence length, enable gradient checkpointing, or a higher ZeRO stage / "
-     "offload (`dsdoctor estimate`)."),
+     "Lower the micro batch or the sequence length, enable gradient checkpointing, or use a higher ZeRO stage "
+     "or optimizer offload."),
 ]
 
 
@@ -172,8 +174,9 @@ def memory_verdict(per_rank: dict[int, list[int]], device_type: str, warmup: int
     plus 256 MiB on the CPU, where the resident set also holds the Python heap and allocator caches."""
     pct, slack = (0.05, 64 * 2**20) if device_type == "cuda" else (0.10, 256 * 2**20)
     grown, lines = [], []
+    skipped = warmup if all(len(v) > warmup + 4 for v in per_rank.values()) else 0
     for rank, series in sorted(per_rank.items()):
-        series = series[warmup:] if len(series) > warmup + 4 else series
+        series = series[skipped:]
         half = len(series) // 2
         if half == 0:
             continue
@@ -182,7 +185,7 @@ def memory_verdict(per_rank: dict[int, list[int]], device_type: str, warmup: int
         if b > a * (1 + pct) + slack:
             grown.append(rank)
     what = "peak allocated per step" if device_type == "cuda" else "resident memory per step"
-    evidence = f"{what} (first half -> second half after {warmup} warm-up steps): " + "; ".join(lines)
+    evidence = f"{what} (first half -> second half, {skipped} warm-up steps skipped): " + "; ".join(lines)
     if grown:
         return TRN604.finding(evidence + f"; grew on rank(s) {grown}")
     return TRN604.finding(evidence, severity="ok", title="Memory is stable", fix="")
@@ -205,10 +208,16 @@ def checkpoint_verdict(verify: dict | None, method: str) -> Finding:
             parts.append(f"{label} max |Δlogit| {verify[key]:.2e} of scale")
             if not verify[key] <= tol:
                 problems.append(f"{label} changes the logits by {verify[key]:.2e} > {tol:.0e}")
-    parts.append(f"adapter effect {verify['adapter_effect']:.2e} vs base")
-    if not verify["adapter_effect"] > tol:
+    kind = "adapter" if method in ("lora", "ptuning") else "training"
+    parts.append(f"{kind} effect {verify['adapter_effect']:.2e} vs base")
+    no_effect = not verify["adapter_effect"] > tol
+    if no_effect:
         problems.append("the trained model's logits equal the base model's: the save holds nothing learned")
     evidence = "; ".join(parts + problems)
+    if no_effect and len(problems) == 1:  # the save itself round-trips: training did not change the model
+        return TRN605.finding(evidence, title="Training left the model unchanged",
+                              fix="The save is fine but holds the untrained model: fix training first (see "
+                                  "TRN601: learning rate, trainable parameters, labels).")
     if problems or not verify.get("roundtrip_ok"):
         return TRN605.finding(evidence)
     title = "Adapter reloads and merges" if method == "lora" else "Save reloads into a fresh model"
@@ -302,9 +311,14 @@ def failure_findings(errors: list[dict], returncode: int | None, log_tail: str) 
                                fix="Read train.log in --out; a signal kill with no Python error is usually "
                                    "host memory (dmesg) or a segfault in a compiled op.")]
     message = first["message"].strip()
-    evidence = (f"rank {first['rank']} failed first, in {first['phase']}: {first['type']}: "
-                f"{message.splitlines()[-1] if message else ''}")
-    others = sorted(r for r in by_rank if r != first["rank"])
+    last_line = message.splitlines()[-1] if message else ""
+    same = [e["rank"] for e in errors if (e["type"], e["message"].strip(), e["phase"]) ==
+            (first["type"], message, first["phase"])]
+    if len(same) > 1:
+        evidence = f"ranks {sorted(same)} all failed in {first['phase']}: {first['type']}: {last_line}"
+    else:
+        evidence = f"rank {first['rank']} failed first, in {first['phase']}: {first['type']}: {last_line}"
+    others = sorted(r for r in by_rank if r not in same and r != first["rank"])
     if others:
         evidence += f" (rank(s) {others} stopped after it)"
     rule_id = first.get("rule")

@@ -53,6 +53,10 @@ def report_command(func: Callable[..., Report]) -> Callable[..., None]:
     @functools.wraps(func)
     def wrapper(*args, json_path: str | None, fmt: str, fail_on: str, **kwargs) -> None:
         try:
+            if json_path not in (None, "-"):  # found before a long run, not after it
+                parent = Path(json_path).expanduser().resolve().parent
+                if not parent.is_dir() or not os.access(parent, os.W_OK):
+                    raise DsdoctorError(f"cannot write --json {json_path}: {parent} is not a writable directory")
             report = func(*args, **kwargs)
             _emit(report, fmt, json_path)
         except DsdoctorError as exc:
@@ -72,7 +76,29 @@ def report_command(func: Callable[..., Report]) -> Callable[..., None]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class DsdoctorGroup(click.Group):
+    """click's group, with usage errors as one line ``dsdoctor: error: ...`` and exit code 2 (click's own
+    standalone mode prints the usage block first)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            return super().main(args, prog_name or "dsdoctor", complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else "")
+            sys.exit(0)
+        except click.UsageError as exc:
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
+            click.echo(f"dsdoctor: error: {exc.format_message()}{where}", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"dsdoctor: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("dsdoctor: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=DsdoctorGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dsdoctor")
 def cli() -> None:
     """Find DeepSpeed fine-tuning pitfalls before the long run."""
@@ -90,7 +116,7 @@ _register()
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="dsdoctor")
+    cli.main(prog_name="dsdoctor")
 
 
 if __name__ == "__main__":

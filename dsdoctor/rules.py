@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from dsdoctor.report import SEVERITY_RANK, Finding
 
 #: Modules that declare rules; importing them must stay cheap (no torch, no deepspeed).
-FAMILIES = ("dsdoctor.checks.training", "dsdoctor.checks.data", "dsdoctor.checks.network")
+FAMILIES = ("dsdoctor.checks.deepspeed_config", "dsdoctor.checks.training", "dsdoctor.checks.data",
+            "dsdoctor.checks.network")
 
 _RULES: dict[str, Rule] = {}
 

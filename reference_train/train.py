@@ -175,26 +175,41 @@ def build_dataset(path: str, tokenizer, template: str, seq_len: int) -> list[dic
     SetupError naming the line numbers: a malformed line (DATA702), or a sample with no answer token
     left after truncation to ``seq_len`` (DATA701), which would otherwise give a NaN loss."""
     samples, malformed, no_target = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                instruction, output = row["instruction"], row["output"]
-                if not isinstance(instruction, str) or not isinstance(output, str):
-                    raise TypeError("instruction and output must be strings")
-            except (ValueError, KeyError, TypeError) as exc:
-                malformed.append(f"line {line_no}: {type(exc).__name__}: {exc}")
-                continue
-            prompt = format_prompt(tokenizer, template, instruction, row.get("input"))
-            answer = tokenizer(output, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            room = seq_len - len(prompt)
-            if room <= 0 or not output:
-                no_target.append(line_no)
-                continue
-            answer = answer[:room]
-            samples.append({"input_ids": prompt + answer, "labels": [IGNORE_INDEX] * len(prompt) + answer})
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SetupError("DATA702", f"{path}: not UTF-8 text (byte {exc.start}): expected JSON lines") from None
+    if text.lstrip().startswith("["):
+        raise SetupError("DATA702", f"{path}: one JSON array, not JSON lines: write one object per line "
+                                    f"(python -c \"import json,sys; [print(json.dumps(r, ensure_ascii=False)) "
+                                    f"for r in json.load(open(sys.argv[1]))]\" FILE > FILE.jsonl)")
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise TypeError(f"a JSON {type(row).__name__}, not an object")
+            instruction, output = row["instruction"], row["output"]
+            if not all(isinstance(v, str) for v in (instruction, output, row.get("input") or "")):
+                raise TypeError("instruction, input and output must be strings")
+        except json.JSONDecodeError as exc:
+            malformed.append(f"line {line_no}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except KeyError as exc:
+            malformed.append(f"line {line_no}: no {exc} key")
+            continue
+        except TypeError as exc:
+            malformed.append(f"line {line_no}: {exc}")
+            continue
+        prompt = format_prompt(tokenizer, template, instruction, row.get("input"))
+        answer = tokenizer(output, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        room = seq_len - len(prompt)
+        if room <= 0 or not output:
+            no_target.append(line_no)
+            continue
+        answer = answer[:room]
+        samples.append({"input_ids": prompt + answer, "labels": [IGNORE_INDEX] * len(prompt) + answer})
     if malformed:
         raise SetupError("DATA702", f"{path}: {len(malformed)} malformed line(s): " + "; ".join(malformed[:5]))
     if no_target:
@@ -380,13 +395,18 @@ def greedy_eval(engine, tokenizer, prompts: list[list[int]], zero3: bool, max_ne
 def save_adapter(engine, args: argparse.Namespace, out: Path, rank: int, zero_stage: int) -> Path:
     """LoRA / P-Tuning: peft's ``save_pretrained`` of the adapter. Under ZeRO-3 each rank holds a shard of
     every parameter, so the 16-bit weights are gathered on all ranks first (saving ``engine.module``
-    directly writes empty tensors). Freeze / full: DeepSpeed's own checkpoint (``engine.save_checkpoint``),
+    directly writes empty tensors), and every rank calls ``save_pretrained`` (P-Tuning's prefix encoder runs
+    a forward there, which under ZeRO-3 is a collective; a rank-0-only call deadlocks or mismatches). Freeze / full: DeepSpeed's own checkpoint (``engine.save_checkpoint``),
     converted back to one fp32 state dict by ``deepspeed.utils.zero_to_fp32`` when verifying."""
     if args.method in ("lora", "ptuning"):
         target = out / "adapter"
-        state_dict = engine._zero3_consolidated_16bit_state_dict() if zero_stage == 3 else None
-        if rank == 0:
-            engine.module.save_pretrained(target, state_dict=state_dict)
+        if zero_stage == 3:
+            # Every rank: the gather is a collective, and so is peft's own forward of a prefix encoder in
+            # save_pretrained (get_prompt_embedding_to_save); only rank 0 writes.
+            state_dict = engine._zero3_consolidated_16bit_state_dict()
+            engine.module.save_pretrained(target, state_dict=state_dict, is_main_process=rank == 0)
+        elif rank == 0:
+            engine.module.save_pretrained(target)
         return target
     target = out / "checkpoint"
     engine.save_checkpoint(str(target), tag="final")
@@ -603,6 +623,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
         model=model, model_parameters=[p for p in model.parameters() if p.requires_grad], config=ds_config)
     zero3 = engine.zero_optimization_stage() == 3
 
+    PHASE = "build data loader"
     # The loader is built from what the engine resolved: DeepSpeed derives the micro batch when only
     # train_batch_size and gradient_accumulation_steps are given (deepspeed/runtime/config.py).
     from torch.utils.data import DataLoader
@@ -614,8 +635,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
                         collate_fn=lambda b: collate(b, tokenizer.pad_token_id), drop_last=True,
                         pin_memory=on_gpu)  # pinned host memory makes the non_blocking copies asynchronous
     if len(loader) == 0:
-        raise SetupError("DATA702", f"{args.data}: {len(dataset)} samples are fewer than one micro batch "
-                                    f"({engine.train_micro_batch_size_per_gpu()}) per rank × {world} ranks")
+        raise SetupError("DATA703", f"{args.data}: {len(dataset)} samples are fewer than one micro batch "
+                                    f"({engine.train_micro_batch_size_per_gpu()}) per rank x {world} ranks")
 
     env = run_environment(engine, rank, world, device)
     summary = {"method": args.method, "model": args.model, "data": args.data, "samples": len(dataset),

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dsdoctor import __version__
 from dsdoctor.cli import cli
 
-ALL_IDS = [f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "NET401"]
+ALL_IDS = [f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "DATA703", "DS101", "NET401"]
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
 FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}
 
@@ -52,7 +52,7 @@ def test_help_lists_commands(runner):
 def test_rules_table_lists_every_id(runner):
     result = runner.invoke(cli, ["rules"])
     assert result.exit_code == 0, result.output
-    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d)\b", result.stdout))
+    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d)\b", result.stdout))
     assert found == set(ALL_IDS)
     assert "INFO" in result.stdout
 
@@ -212,4 +212,4 @@ def test_smoke_missing_data(runner, tmp_path, no_launch):
 @pytest.mark.parametrize("steps", ["0", "-3"])
 def test_smoke_steps_below_one(runner, tmp_path, no_launch, steps):
     line = smoke_error(runner, tmp_path, "--steps", steps)
-    assert line == f"dsdoctor: error: --steps must be at least 1, got {steps}"
+    assert line == f"dsdoctor: error: Invalid value for '--steps': {steps} is not in the range x>=1. (see `cli smoke --help`)"

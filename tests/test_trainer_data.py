@@ -107,13 +107,15 @@ def test_broken_json_on_line_3_is_data702(tokenizer, tmp_path):
     with pytest.raises(train.SetupError) as err:
         train.build_dataset(path, tokenizer, "auto", 256)
     assert err.value.rule == "DATA702"
-    assert "1 malformed line(s): line 3: JSONDecodeError" in str(err.value)
+    assert str(err.value).endswith("1 malformed line(s): line 3: not JSON (Expecting value at column 32)")
 
 
 @pytest.mark.parametrize("row, kind", [
-    ({"output": "x"}, "KeyError"),
-    ({"instruction": "x"}, "KeyError"),
-    ({"instruction": 3, "output": "x"}, "TypeError"),
+    ({"output": "x"}, "no 'instruction' key"),
+    ({"instruction": "x"}, "no 'output' key"),
+    ({"instruction": 3, "output": "x"}, "instruction, input and output must be strings"),
+    ({"instruction": "x", "input": 5, "output": "x"}, "instruction, input and output must be strings"),
+    (["instruction", "output"], "a JSON list, not an object"),
 ])
 def test_missing_or_non_string_fields_are_data702(tokenizer, tmp_path, row, kind):
     path = write_jsonl(tmp_path / "d.jsonl", [GOOD, json.dumps(row)])
@@ -285,3 +287,14 @@ def test_a_tokenizer_chat_template_is_used_when_present(tokenizer):
     assert chat.decode(train.format_prompt(chat, "auto", "hi there", None)) == "<|user|>hi there<|assistant|>"
     assert chat.decode(train.format_prompt(chat, "chatglm", "hi there", None)) == "问：hi there\n答："
     assert chat.decode(train.format_prompt(chat, "Q: {instruction} A:", "hi", "x")) == "Q: hi\nx A:"
+
+
+def test_a_json_array_file_and_a_binary_file_are_data702(tokenizer, tmp_path):
+    array = tmp_path / "a.json"
+    array.write_text(json.dumps([{"instruction": "x", "output": "y"}] * 3))
+    binary = tmp_path / "b.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for path, text in ((array, "one JSON array, not JSON lines"), (binary, "not UTF-8 text (byte 0)")):
+        with pytest.raises(train.SetupError) as err:
+            train.build_dataset(str(path), tokenizer, "auto", 256)
+        assert err.value.rule == "DATA702" and text in str(err.value)

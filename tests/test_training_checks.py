@@ -353,3 +353,19 @@ def test_throughput_short_run_uses_all_steps():
 def test_zero_loss_does_not_crash():
     (f,) = loss_verdicts([0.0] * 20)
     assert (f.id, f.severity) == ("TRN601", "error")
+
+
+def test_the_same_error_on_every_rank_is_one_cause_not_a_race():
+    errors = [record(0, 100.0, phase="deepspeed.initialize", message="zero stage 2 requires an optimizer"),
+              record(1, 100.5, phase="deepspeed.initialize", message="zero stage 2 requires an optimizer")]
+    (f,) = failure_findings(errors, 1, "")
+    assert f.evidence == "ranks [0, 1] all failed in deepspeed.initialize: RuntimeError: zero stage 2 requires an optimizer"
+
+
+def test_an_unchanged_model_is_a_training_problem_not_a_save_problem():
+    verify = {"saved_to": "out/adapter", "saved_tensors": 16, "empty_tensors": [], "tolerance": 1e-3,
+              "reload_max_diff": 0.0, "merge_max_diff": 0.0, "adapter_effect": 0.0, "roundtrip_ok": False}
+    f = checkpoint_verdict(verify, "lora")
+    assert (f.id, f.severity, f.title) == ("TRN605", "error", "Training left the model unchanged")
+    assert "TRN601" in f.fix and "ZeRO-3" not in f.fix
+    assert "training effect" in checkpoint_verdict({**verify, "adapter_effect": 1.0, "roundtrip_ok": True}, "full").evidence

@@ -26,6 +26,8 @@ from dsdoctor.report import DsdoctorError, Report
 
 GiB = 2**30
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt")
+# Written into --out by the first smoke run: a later run may clear RUN_OUTPUTS only where it finds this.
+MARKER = ".dsdoctor-smoke"
 # What the trainer writes under --out; cleared before a run so that old results are never read back.
 RUN_OUTPUTS = ("metrics", "errors", "adapter", "checkpoint", "base_model", "eval.jsonl", "summary.json",
                "run_env.json", "train.log", "smoke.png", "report.json")
@@ -57,6 +59,7 @@ class SmokeOptions:
     learning_rate: float | None = None
     zero: int | None = None
     micro_batch: int | None = None
+    lora_targets: str | None = None
     trust_remote_code: bool = False
     verify: bool = True
 
@@ -84,7 +87,12 @@ def read_ds_config(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
         raise DsdoctorError(f"--deepspeed {path}: no such file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DsdoctorError(f"--deepspeed {path}: not a text file (expected JSON)") from None
+    if not text.strip():
+        raise DsdoctorError(f"--deepspeed {path}: the file is empty")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -121,7 +129,7 @@ def trainer_args(opts: SmokeOptions, model: Path, out: Path) -> list[str]:
             "--seq-len", str(opts.seq_len), "--output-dir", str(out), "--eval-every", str(max(opts.steps // 2, 1))]
     for flag, value in (("--data", opts.data), ("--deepspeed", opts.deepspeed),
                         ("--learning-rate", opts.learning_rate), ("--zero-stage", opts.zero),
-                        ("--per-device-train-batch-size", opts.micro_batch)):
+                        ("--per-device-train-batch-size", opts.micro_batch), ("--lora-targets", opts.lora_targets)):
         if value is not None:
             args += [flag, str(value)]
     if opts.trust_remote_code:
@@ -241,6 +249,32 @@ def environment_evidence(env: dict) -> str:
             f"world {env['world_size']} = {env.get('train_batch_size')}")
 
 
+def prepare_out(out: Path) -> Path:
+    """Create --out, or clear the outputs of a previous smoke run in it. A directory that holds anything
+    else and no smoke marker is refused: it may be a real training output (checkpoints, logs).
+    Raises DsdoctorError."""
+    out = out.expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise DsdoctorError(f"--out {out}: is a file, not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise DsdoctorError(f"--out {out}: not empty and not made by dsdoctor smoke; choose a new directory "
+                            f"(nothing in it was touched)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MARKER).write_text("written by dsdoctor smoke: a later run clears its own outputs here\n")
+        for name in RUN_OUTPUTS:  # only what a previous smoke run wrote
+            target = out / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+        (out / "metrics").mkdir()
+        (out / "errors").mkdir()
+    except OSError as exc:
+        raise DsdoctorError(f"--out {out}: {exc.strerror}") from None
+    return out
+
+
 def run_smoke(opts: SmokeOptions) -> Report:
     """Launch, supervise and judge one smoke run. Raises DsdoctorError on bad input (exit 2)."""
     from dsdoctor.checks import training
@@ -255,36 +289,36 @@ def run_smoke(opts: SmokeOptions) -> Report:
     model = resolve_model(opts.model)
     if opts.data is not None and not Path(opts.data).is_file():
         raise DsdoctorError(f"--data {opts.data}: no such file")
-    if opts.deepspeed is not None:
-        read_ds_config(opts.deepspeed)
+    ds_config = read_ds_config(opts.deepspeed) if opts.deepspeed is not None else None
     gpus = visible_gpus()
     nproc = opts.nproc or gpus or 2
     if nproc < 1:
         raise DsdoctorError(f"--nproc must be at least 1, got {nproc}")
+    if gpus and nproc > gpus:
+        raise DsdoctorError(f"--nproc {nproc} but {gpus} GPU(s) visible (CUDA_VISIBLE_DEVICES="
+                            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): one rank per GPU")
 
     report = Report("smoke", result={"world_size": nproc, "launcher": opts.launcher, "device": "cuda" if gpus else "cpu",
                                      "steps_requested": opts.steps, "model": str(model), "method": opts.method})
-    busy = master_port_finding()
-    if busy is not None:
-        report.add(busy)
+    # Problems that fail every rank for certain are reported before any rank starts.
+    from dsdoctor.checks.deepspeed_config import auto_finding
+
+    for finding in (master_port_finding(), auto_finding(ds_config) if ds_config is not None else None):
+        if finding is not None:
+            report.add(finding)
+    if report.findings:
         return report
     port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else free_port()
 
-    out = Path(opts.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    for name in RUN_OUTPUTS:  # only what a previous smoke run wrote; nothing else in --out is touched
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    (out / "metrics").mkdir()
-    (out / "errors").mkdir()
+    out = prepare_out(Path(opts.out))
 
     from dsdoctor.launch import launcher_command
 
     cmd = launcher_command(opts.launcher, nproc, port, trainer_script(), trainer_args(opts, model, out))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # torchrun sets 1 thread per rank when unset, the deepspeed launcher does not: ranks then oversubscribe
+    # the cores (3.5x slower on 2 CPU ranks). Share the cores between the ranks for both.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     env.pop("MASTER_PORT", None)
     report.result["command"] = " ".join(cmd)
     returncode, timed_out, wall_s = supervise(cmd, env, out, opts.steps, opts.timeout_s)
@@ -302,9 +336,18 @@ def run_smoke(opts: SmokeOptions) -> Report:
     if timed_out:
         seen = {r: rows[-1]["step"] if rows else 0 for r, rows in rows_by_rank.items()}
         silent = [r for r in range(nproc) if not seen.get(r)]
-        report.add(training.TRN608.finding(
-            f"no end after {opts.timeout_s:.0f} s; last step per rank {seen or 'none'}"
-            + (f"; rank(s) {silent} never logged a step" if silent else "")))
+        last_write = max((rows[-1]["time"] for rows in rows_by_rank.values() if rows), default=None)
+        step_s = statistics.median([r["step_time_s"] for rows in rows_by_rank.values() for r in rows] or [0])
+        progressing = last_write is not None and time.time() - last_write < 30 + 3 * step_s
+        evidence = (f"no end after {opts.timeout_s:g} s; last step per rank {seen or 'none'} of {opts.steps}"
+                    + (f"; rank(s) {silent} never logged a step" if silent else ""))
+        if progressing:
+            report.add(training.TRN608.finding(
+                evidence + f"; still advancing at {step_s:.2f} s/step", title="Run did not finish within --timeout",
+                severity="warning", fix=f"The run is slow, not hung: raise --timeout (about "
+                                        f"{opts.steps * step_s * 1.5 + 120:.0f} s) or lower --steps."))
+        else:
+            report.add(training.TRN608.finding(evidence))
     elif returncode != 0 or errors:
         for finding in training.failure_findings(errors, returncode, log_tail):
             report.add(finding)
@@ -373,30 +416,32 @@ def run_smoke(opts: SmokeOptions) -> Report:
 
 
 @click.command("smoke")
-@click.option("--steps", type=int, default=100, show_default=True, help="Optimizer steps to run.")
+@click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Optimizer steps to run.")
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="Local model directory (config.json, weights or not, tokenizer). Default: the bundled tiny model.")
 @click.option("--deepspeed", "ds_config", default=None, metavar="ds_config.json",
               help="Your DeepSpeed config, used as is. Default: one built for this machine (ZeRO-2, AdamW, WarmupLR).")
 @click.option("--method", type=click.Choice(["lora", "freeze", "ptuning", "full"]), default="lora", show_default=True)
-@click.option("--nproc", type=int, default=None, help="Ranks to launch. Default: the visible GPUs, else 2 CPU ranks.")
+@click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks to launch. Default: the visible GPUs, else 2 CPU ranks.")
 @click.option("--data", default=None, metavar="FILE", help="JSON lines with instruction, input, output. Default: bundled.")
-@click.option("--seq-len", type=int, default=256, show_default=True, help="Truncate samples to this many tokens.")
+@click.option("--seq-len", type=click.IntRange(min=8), default=256, show_default=True, help="Truncate samples to this many tokens.")
 @click.option("--out", default="dsdoctor-smoke", show_default=True, metavar="DIR",
               help="Where the run's logs, metrics, adapter, plot and report go.")
 @click.option("--launcher", type=click.Choice(["torchrun", "deepspeed"]), default="torchrun", show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=1800, show_default=True, help="Seconds before the run is killed.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=1800, show_default=True, help="Seconds before the run is killed.")
 @click.option("--lr", "learning_rate", type=float, default=None, help="Learning rate of the default config.")
 @click.option("--zero", type=click.IntRange(0, 3), default=None, help="ZeRO stage of the default config (2).")
-@click.option("--micro-batch", type=int, default=None, help="Micro batch per rank of the default config (4).")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=None, help="Micro batch per rank of the default config (4).")
+@click.option("--lora-targets", default=None, metavar="NAMES",
+              help="LoRA target modules, comma-separated. Default: peft's table for the architecture.")
 @click.option("--trust-remote-code", is_flag=True, help="Run the model directory's own modelling code.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Save, reload into a fresh base model, merge, and compare logits.")
 @report_command
 def smoke(steps, model, ds_config, method, nproc, data, seq_len, out, launcher, timeout_s, learning_rate, zero,
-          micro_batch, trust_remote_code, verify) -> Report:
+          micro_batch, lora_targets, trust_remote_code, verify) -> Report:
     """Run the reference trainer for a few steps on N ranks and prove it trains, saves and reloads."""
     return run_smoke(SmokeOptions(steps=steps, model=model, deepspeed=ds_config, method=method, nproc=nproc,
                                   data=data, seq_len=seq_len, out=out, launcher=launcher, timeout_s=timeout_s,
-                                  learning_rate=learning_rate, zero=zero, micro_batch=micro_batch,
+                                  learning_rate=learning_rate, zero=zero, micro_batch=micro_batch, lora_targets=lora_targets,
                                   trust_remote_code=trust_remote_code, verify=verify))
