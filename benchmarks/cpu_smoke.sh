@@ -5,7 +5,7 @@ set -u
 cd "$(dirname "$0")/.."
 cache=$(mktemp -d); out=benchmarks/results/cpu-smoke.txt
 {
-  echo "# $(date -u +%F) $(nproc) cores, $(python3 -c 'import torch, deepspeed; print("torch", torch.__version__, "deepspeed", deepspeed.__version__)')"
+  echo "# $(date -u +%F) $(nproc) cores, $(python3 -c 'import torch, deepspeed; print("torch", torch.__version__, "deepspeed", deepspeed.__version__)' 2>/dev/null | tail -1)"
   for run in cold warm warm; do
     start=$(date +%s.%N)
     TORCH_EXTENSIONS_DIR=$cache HF_HUB_OFFLINE=1 dsdoctor smoke --steps 100 --out /tmp/cpu-smoke --json /tmp/cpu-smoke.json > /dev/null 2>&1

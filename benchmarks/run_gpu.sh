@@ -2,6 +2,7 @@
 # The GPU measurements of issue 2, run on the device machine from the repository root:
 #   source .whl/prelude.sh && bash benchmarks/run_gpu.sh verify $OUT   # bundled smoke + 6B-shape LoRA with reload/merge
 #   source .whl/prelude.sh && bash benchmarks/run_gpu.sh speed  $OUT   # reference trainer vs HF Trainer, same call
+#   source .whl/prelude.sh && bash benchmarks/run_gpu.sh zero3  $OUT   # bundled smoke + 6B-shape LoRA under ZeRO-3
 # Results are copied into benchmarks/results/ with the command that made them.
 set -u
 MODE=$1; OUT=$2
@@ -22,6 +23,11 @@ if [ "$MODE" = verify ]; then
   echo "default smoke exit $?"
   tail -c 1500 /tmp/smoke_default/train.log
   smoke6b smoke_6b_lora_verify
+elif [ "$MODE" = zero3 ]; then
+  timeout 200 dsdoctor smoke --steps 100 --out /tmp/smoke_default --json $OUT/smoke_default_gpu.json --format markdown \
+    > $OUT/smoke_default_gpu.md 2> /tmp/smoke_default_gpu.stderr
+  echo "default smoke exit $?"
+  CFG=benchmarks/ds_zero3_bf16.json smoke6b smoke_6b_lora_zero3_verify
 else
   smoke6b smoke_6b_lora_speed --no-verify
   for variant in nonreentrant default; do
