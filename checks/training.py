@@ -89,8 +89,8 @@ TRN609 = rule(
     "TRN609", "error", "Nothing to train",
     what="The method left no trainable parameter, or LoRA found no target module in the architecture.",
     why="DeepSpeed then has an empty optimizer and the loss cannot move.",
-    fix="Pass --lora-targets with the model's linear layer names (print the model to see them); with "
-        "reference_train/train.py directly, --freeze-last N with N >= 1.",
+    fix="Pass --lora-targets with the model's linear layer names (print the model to see them), or "
+        "--freeze-last N with N >= 1.",
     source="reference_train/train.py build_model")
 TRN610 = rule(
     "TRN610", "error", "DeepSpeed rejected the config at initialize",

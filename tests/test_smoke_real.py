@@ -103,6 +103,14 @@ def test_zero_learning_rate_fails_the_loss_check(tmp_path):
     assert "the trained model's logits equal the base model's" in found["TRN605"]["evidence"]
 
 
+def test_a_frozen_model_is_nothing_to_train(tmp_path):
+    code, report, _ = smoke(tmp_path, "--steps", "20", "--method", "freeze", "--freeze-last", "0")
+    (finding,) = [f for f in report["findings"] if f["severity"] == "error"]
+    assert code == 1 and finding["id"] == "TRN609"
+    assert finding["evidence"] == ("ranks [0, 1] all failed in build model: SetupError: method freeze left no "
+                                   "trainable parameter (total 3,805,440)")
+
+
 def test_zero3_lora_adapter_is_gathered_not_empty(tmp_path):
     code, report, stderr = smoke(tmp_path, "--steps", "20", "--zero", "3")
     assert code == 0, report.get("findings") or stderr

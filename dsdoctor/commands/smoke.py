@@ -60,6 +60,7 @@ class SmokeOptions:
     zero: int | None = None
     micro_batch: int | None = None
     lora_targets: str | None = None
+    freeze_last: int | None = None
     trust_remote_code: bool = False
     verify: bool = True
 
@@ -129,7 +130,8 @@ def trainer_args(opts: SmokeOptions, model: Path, out: Path) -> list[str]:
             "--seq-len", str(opts.seq_len), "--output-dir", str(out), "--eval-every", str(max(opts.steps // 2, 1))]
     for flag, value in (("--data", opts.data), ("--deepspeed", opts.deepspeed),
                         ("--learning-rate", opts.learning_rate), ("--zero-stage", opts.zero),
-                        ("--per-device-train-batch-size", opts.micro_batch), ("--lora-targets", opts.lora_targets)):
+                        ("--per-device-train-batch-size", opts.micro_batch), ("--lora-targets", opts.lora_targets),
+                        ("--freeze-last", opts.freeze_last)):
         if value is not None:
             args += [flag, str(value)]
     if opts.trust_remote_code:
@@ -434,14 +436,15 @@ def run_smoke(opts: SmokeOptions) -> Report:
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None, help="Micro batch per rank of the default config (4).")
 @click.option("--lora-targets", default=None, metavar="NAMES",
               help="LoRA target modules, comma-separated. Default: peft's table for the architecture.")
+@click.option("--freeze-last", type=click.IntRange(min=0), default=None, help="freeze: train the last N layers (2).")
 @click.option("--trust-remote-code", is_flag=True, help="Run the model directory's own modelling code.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Save, reload into a fresh base model, merge, and compare logits.")
 @report_command
 def smoke(steps, model, ds_config, method, nproc, data, seq_len, out, launcher, timeout_s, learning_rate, zero,
-          micro_batch, lora_targets, trust_remote_code, verify) -> Report:
+          micro_batch, lora_targets, freeze_last, trust_remote_code, verify) -> Report:
     """Run the reference trainer for a few steps on N ranks and prove it trains, saves and reloads."""
     return run_smoke(SmokeOptions(steps=steps, model=model, deepspeed=ds_config, method=method, nproc=nproc,
                                   data=data, seq_len=seq_len, out=out, launcher=launcher, timeout_s=timeout_s,
-                                  learning_rate=learning_rate, zero=zero, micro_batch=micro_batch, lora_targets=lora_targets,
+                                  learning_rate=learning_rate, zero=zero, micro_batch=micro_batch, lora_targets=lora_targets, freeze_last=freeze_last,
                                   trust_remote_code=trust_remote_code, verify=verify))
