@@ -15,6 +15,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,7 +288,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
     for module, hint in (("torch", "pip install torch"), ("deepspeed", "pip install deepspeed"),
                          ("transformers", "pip install transformers"), ("peft", "pip install peft")):
         if importlib.util.find_spec(module) is None:
-            raise DsdoctorError(f"{module} is not installed in {os.sys.executable}: {hint}")
+            raise DsdoctorError(f"{module} is not installed in {sys.executable}: {hint}")
     model = resolve_model(opts.model)
     if opts.data is not None and not Path(opts.data).is_file():
         raise DsdoctorError(f"--data {opts.data}: no such file")
