@@ -45,7 +45,8 @@ def master_port_finding(env: dict | None = None):
         return None
     if not (value.isascii() and value.isdecimal()) or not 0 < int(value) < 65536:
         return NET401.finding(f"MASTER_PORT={value!r} is not a port number", title="MASTER_PORT is invalid",
-                              fix="Set MASTER_PORT to a free port number between 1024 and 65535.")
+                              fix="Set MASTER_PORT to a free port number between 1 and 65535 (1024 or above "
+                                  "unless you are root).")
     if port_in_use(int(value)):
         return NET401.finding(f"MASTER_PORT={value} is already bound on {socket.gethostname()}")
     return None

@@ -136,6 +136,16 @@ def _finite(values: list[float]) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
+def loss_means(losses: list[float], window: int = 10) -> tuple[float, float]:
+    """Mean of the finite losses in the first and the last ``window`` steps (NaN for a window with none).
+    Raises ValueError for fewer than 2 steps."""
+    if len(losses) < 2:
+        raise ValueError(f"need at least 2 steps, got {len(losses)}")
+    window = min(window, len(losses) // 2)
+    first, last = _finite(losses[:window]), _finite(losses[-window:])
+    return (statistics.fmean(first) if first else math.nan, statistics.fmean(last) if last else math.nan)
+
+
 def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03) -> list[Finding]:
     """TRN601/TRN602/TRN603 from the per-step global loss (one value per optimizer step).
 
@@ -154,7 +164,7 @@ def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03) -
     if len(first) < 2 or len(last) < 2:
         findings.append(TRN601.finding("too few finite losses in the first or last window"))
         return findings
-    f_mean, l_mean = statistics.fmean(first), statistics.fmean(last)
+    f_mean, l_mean = loss_means(losses, window)
     noise = math.sqrt(statistics.variance(first) / len(first) + statistics.variance(last) / len(last))
     drop = f_mean - l_mean
     relative = f"{drop / abs(f_mean):.1%}" if f_mean else "n/a"

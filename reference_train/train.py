@@ -392,15 +392,16 @@ def greedy_eval(engine, tokenizer, prompts: list[list[int]], zero3: bool, max_ne
     return outs
 
 
-def save_adapter(engine, args: argparse.Namespace, out: Path, rank: int, zero_stage: int) -> Path:
+def save_adapter(engine, args: argparse.Namespace, out: Path, rank: int, zero3: bool) -> Path:
     """LoRA / P-Tuning: peft's ``save_pretrained`` of the adapter. Under ZeRO-3 each rank holds a shard of
     every parameter, so the 16-bit weights are gathered on all ranks first (saving ``engine.module``
-    directly writes empty tensors), and every rank calls ``save_pretrained`` (P-Tuning's prefix encoder runs
-    a forward there, which under ZeRO-3 is a collective; a rank-0-only call deadlocks or mismatches). Freeze / full: DeepSpeed's own checkpoint (``engine.save_checkpoint``),
-    converted back to one fp32 state dict by ``deepspeed.utils.zero_to_fp32`` when verifying."""
+    directly writes empty tensors), and every rank calls ``save_pretrained``: P-Tuning's prefix encoder runs
+    a forward there, which under ZeRO-3 is a collective (a rank-0-only call deadlocks or mismatches).
+    Freeze / full: DeepSpeed's own checkpoint (``engine.save_checkpoint``), converted back to one fp32 state
+    dict by ``deepspeed.utils.zero_to_fp32`` when verifying."""
     if args.method in ("lora", "ptuning"):
         target = out / "adapter"
-        if zero_stage == 3:
+        if zero3:
             # Every rank: the gather is a collective, and so is peft's own forward of a prefix encoder in
             # save_pretrained (get_prompt_embedding_to_save); only rank 0 writes.
             state_dict = engine._zero3_consolidated_16bit_state_dict()
@@ -460,11 +461,11 @@ def verify_reload_and_merge(engine, args, saved: Path, base_dir: Path, input_ids
             state = get_fp32_state_dict_from_zero_checkpoint(str(saved), tag="final")
             result["saved_tensors"] = len(state)
             result["empty_tensors"] = sorted(k for k, v in state.items() if v.numel() == 0)
-            missing, unexpected = base.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
+            missing, _ = base.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=False)
             tied = set(getattr(base, "_tied_weights_keys", None) or [])
             result["missing_keys"] = [k for k in missing if k not in tied]
             result["reload_max_diff"] = (_logits(base, input_ids) - trained).abs().max().item() / scale
-    diffs = [result.get("reload_max_diff", math.inf)] + ([result["merge_max_diff"]] if "merge_max_diff" in result else [])
+    diffs = [result[k] for k in ("reload_max_diff", "merge_max_diff") if k in result]
     result["roundtrip_ok"] = (not result["empty_tensors"] and all(d <= tol for d in diffs)
                               and result["adapter_effect"] > tol and not result.get("missing_keys"))
     return result
@@ -596,7 +597,6 @@ def run(args: argparse.Namespace, out: Path) -> None:
     ds_config = load_ds_config(args.deepspeed) if args.deepspeed else build_ds_config(
         args, on_gpu, on_gpu and torch.cuda.is_bf16_supported())
     dtype = precision_of(ds_config)
-    zero_stage = int((ds_config.get("zero_optimization") or {}).get("stage", 0) or 0)
     if args.gradient_checkpointing is None:
         args.gradient_checkpointing = args.method != "ptuning"
 
@@ -605,15 +605,17 @@ def run(args: argparse.Namespace, out: Path) -> None:
     if tokenizer.pad_token_id is None:  # Llama-style tokenizers ship without one
         tokenizer.pad_token = tokenizer.eos_token
     dataset = build_dataset(args.data, tokenizer, args.template, args.seq_len)
-    eval_texts = json.loads(DEFAULT_EVAL_PROMPTS.read_text(encoding="utf-8")) if args.data == str(DEFAULT_DATA) \
-        else [json.loads(line)["instruction"] for line in open(args.data, encoding="utf-8") if line.strip()][:2]
-    eval_prompts = [format_prompt(tokenizer, args.template, t, None) for t in eval_texts]
+    if args.data == str(DEFAULT_DATA):
+        eval_texts = json.loads(DEFAULT_EVAL_PROMPTS.read_text(encoding="utf-8"))
+        eval_prompts = [format_prompt(tokenizer, args.template, t, None) for t in eval_texts]
+    else:  # the prompts of the first two samples (labels are IGNORE_INDEX exactly on the prompt)
+        eval_prompts = [s["input_ids"][:s["labels"].count(IGNORE_INDEX)] for s in dataset[:2]]
 
     PHASE = "build model"
-    base_dir = None
-    if args.verify:
-        base_dir = Path(args.model) if has_weights(args.model) else out / "base_model"
-    model = build_model(args, dtype, device, base_dir if (rank == 0 and base_dir != Path(args.model)) else None)
+    # The base that the save is reloaded into: the model's own weights, or the random init saved by rank 0.
+    random_init = not has_weights(args.model)
+    base_dir = (out / "base_model" if random_init else Path(args.model)) if args.verify else None
+    model = build_model(args, dtype, device, base_dir if (random_init and rank == 0) else None)
     trainable, total = count_parameters(model)
     if trainable == 0:
         raise SetupError("TRN609", f"method {args.method} left no trainable parameter (total {total:,})")
@@ -656,7 +658,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
 
     if args.verify:
         PHASE = "save"
-        saved = save_adapter(engine, args, out, rank, zero_stage)
+        saved = save_adapter(engine, args, out, rank, zero3)
         dist.barrier()
         PHASE = "verify reload and merge"
         fixed = torch.tensor([eval_prompts[0]], device=device)

@@ -138,10 +138,18 @@ def test_other_methods_train_save_and_reload(tmp_path, method, trainable):
     assert ("merge_max_diff" in report["result"]["verify"]) is False  # only LoRA merges
 
 
-def test_deepspeed_launcher_runs_the_same_job(tmp_path):
-    code, report, stderr = smoke(tmp_path, "--steps", "20", "--launcher", "deepspeed")
+def test_deepspeed_launcher_runs_the_same_job_on_a_users_data_file(tmp_path):
+    from dsdoctor.reference_train import train
+
+    lines = train.DEFAULT_DATA.read_text(encoding="utf-8").splitlines()[:200]
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, report, stderr = smoke(tmp_path, "--steps", "20", "--launcher", "deepspeed", "--data", str(data))
     assert code == 0, report.get("findings") or stderr
-    assert report["result"]["world_size"] == 2 and report["result"]["environment"]["world_size"] == 2
+    assert report["result"]["environment"]["world_size"] == 2 and report["result"]["environment"]["samples"] == 200
+    # greedy eval on a user's data uses the prompts of its first two samples
+    first_two = [json.loads(line)["instruction"] for line in lines[:2]]
+    assert [r["prompt"] for r in report["result"]["greedy_eval"]] == [f"问：{t}\n答：" for t in first_two]
 
 
 def test_a_killed_rank_is_named_and_nothing_is_left_behind(tmp_path):

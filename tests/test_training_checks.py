@@ -369,3 +369,12 @@ def test_an_unchanged_model_is_a_training_problem_not_a_save_problem():
     assert (f.id, f.severity, f.title) == ("TRN605", "error", "Training left the model unchanged")
     assert "TRN601" in f.fix and "ZeRO-3" not in f.fix
     assert "training effect" in checkpoint_verdict({**verify, "adapter_effect": 1.0, "roundtrip_ok": True}, "full").evidence
+
+
+def test_loss_means_are_the_finite_means_of_the_two_windows():
+    from dsdoctor.checks.training import loss_means
+
+    assert loss_means([float("nan"), 2.0, 4.0, 6.0]) == (2.0, 5.0)  # window shrinks to half of 4 steps
+    assert loss_means([7.0] * 10 + [5.0] * 10) == (7.0, 5.0)
+    with pytest.raises(ValueError):
+        loss_means([1.0])

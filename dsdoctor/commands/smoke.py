@@ -363,8 +363,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
         for finding in training.loss_verdicts(losses):
             report.add(finding)
     if len(losses) >= 2:
-        window = min(10, len(losses) // 2)
-        first, last = statistics.fmean(losses[:window]), statistics.fmean(losses[-window:])
+        first, last = training.loss_means(losses)
         report.result.update(loss_first=round(first, 4), loss_last=round(last, 4))
     report.result["loss_decreased"] = any(f.id == "TRN601" and f.severity == "ok" for f in report.findings)
 
@@ -372,13 +371,13 @@ def run_smoke(opts: SmokeOptions) -> Report:
     if run_env and run_env.get("ranks"):
         device_type = "cuda" if run_env["ranks"][0]["device"].startswith("cuda") else "cpu"
     if rows_by_rank and any(rows_by_rank.values()):
-        report.result["peak_allocated_bytes"] = [max(r["mem_allocated_bytes"] for r in rows) if rows else None
-                                                 for _, rows in sorted(rows_by_rank.items())]
-        report.result["peak_reserved_bytes"] = [max(r["mem_reserved_bytes"] for r in rows) if rows else None
-                                                for _, rows in sorted(rows_by_rank.items())]
+        def per_rank_peak(key: str) -> list[int | None]:
+            return [max((r.get(key, 0) for r in rows), default=None) for _, rows in sorted(rows_by_rank.items())]
+
+        report.result["peak_allocated_bytes"] = per_rank_peak("mem_allocated_bytes")
+        report.result["peak_reserved_bytes"] = per_rank_peak("mem_reserved_bytes")
         if any("nvml_used_bytes" in r for rows in rows_by_rank.values() for r in rows):
-            report.result["nvml_used_bytes"] = [max(r.get("nvml_used_bytes", 0) for r in rows) if rows else None
-                                                for _, rows in sorted(rows_by_rank.items())]
+            report.result["nvml_used_bytes"] = per_rank_peak("nvml_used_bytes")
         report.result["memory_kind"] = "torch.cuda max allocated/reserved" if device_type == "cuda" \
             else "process resident set (CPU)"
         if not failed:
