@@ -15,15 +15,22 @@ STATUS = {"ok": "PASS", "info": "INFO", "warning": "WARN", "error": "FAIL"}
 STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"}
 
 
+def _cell(key: str, value: Any) -> str:
+    """One value as read by a person: bytes (keys ending in ``_bytes``) in GiB (2^30), the rest as is."""
+    if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{value / 2**30:.2f} GiB"
+    return str(value)
+
+
 def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:
     """Top-level result values that read well in one cell (numbers, strings, short lists)."""
     rows = []
     for key, value in result.items():
         if isinstance(value, (str, int, float, bool)) or value is None:
-            rows.append((key, str(value)))
+            rows.append((key, _cell(key, value)))
         elif isinstance(value, list) and len(value) <= 8 and all(
-                isinstance(v, (str, int, float, bool)) for v in value):
-            rows.append((key, ", ".join(str(v) for v in value)))
+                isinstance(v, (str, int, float, bool)) or v is None for v in value):
+            rows.append((key, ", ".join(_cell(key, v) for v in value)))
     return rows
 
 
@@ -54,6 +61,8 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
     from rich.table import Table
 
     console = Console(file=file, soft_wrap=False)
+    if not console.is_terminal:  # a log or a pipe: rich's 80 columns would fold every evidence cell
+        console.width = max(console.width, 140)
     table = Table(title=f"dsdoctor {report.command}", show_lines=True, expand=False)
     for name in ("status", "id", "finding", "evidence", "fix"):
         table.add_column(name, overflow="fold")

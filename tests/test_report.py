@@ -146,3 +146,17 @@ def test_render_table_prints_brackets_literally(evidence):
     render_table(Report("c", [Finding("B1", "error", "t", evidence, "f")]), file=buf)
     bracketed = evidence[evidence.index("["):evidence.index("]") + 1]
     assert bracketed in buf.getvalue()
+
+
+def test_bytes_read_as_gib_in_table_and_markdown_but_stay_bytes_in_json():
+    import io
+    import json as _json
+
+    from dsdoctor.render import render_json, render_markdown, render_table
+
+    report = Report("smoke", result={"peak_allocated_bytes": [560644096, 3 * 2**30], "steps": 100})
+    buf = io.StringIO()
+    render_table(report, buf)
+    assert "0.52 GiB, 3.00 GiB" in buf.getvalue() and "560644096" not in buf.getvalue()
+    assert "| peak_allocated_bytes | 0.52 GiB, 3.00 GiB |" in render_markdown(report)
+    assert _json.loads(render_json(report))["result"]["peak_allocated_bytes"] == [560644096, 3 * 2**30]
