@@ -98,20 +98,30 @@ class DsdoctorGroup(click.Group):
             sys.exit(130)
 
 
-@click.group(cls=DsdoctorGroup, context_settings={"help_option_names": ["-h", "--help"]})
+#: command name -> module in dsdoctor/commands holding a click command of that name; imported only when run,
+#: so ``dsdoctor check`` does not pay for ``smoke``'s imports
+COMMANDS = {"check": "dsdoctor.commands.check", "rules": "dsdoctor.commands.rules",
+            "smoke": "dsdoctor.commands.smoke"}
+
+
+class LazyGroup(DsdoctorGroup):
+    """Commands are imported on first use (click's documented lazy-loading pattern)."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        return getattr(importlib.import_module(COMMANDS[name]), name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dsdoctor")
 def cli() -> None:
     """Find DeepSpeed fine-tuning pitfalls before the long run."""
-
-
-def _register() -> None:
-    from dsdoctor.commands import rules, smoke
-
-    cli.add_command(rules.rules)
-    cli.add_command(smoke.smoke)
-
-
-_register()
 
 
 def main() -> None:

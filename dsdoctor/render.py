@@ -51,6 +51,9 @@ def render_markdown(report: Report) -> str:
     rows = _scalar_items(report.result)
     if rows:
         lines += ["", "| result | value |", "|---|---|"] + [f"| {k} | {cell(v)} |" for k, v in rows]
+    for title, columns, body in report.tables:
+        lines += ["", f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
     return "\n".join(lines) + "\n"
 
 
@@ -79,5 +82,12 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
         for key, value in rows:
             result.add_row(escape(key), escape(value))
         console.print(result)
+    for title, columns, body in report.tables:
+        extra = Table(title=title, show_header=True, expand=False)
+        for name in columns:
+            extra.add_column(name, overflow="fold")
+        for row in body:
+            extra.add_row(*(escape(c) for c in row))
+        console.print(extra)
     counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
     console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")

@@ -56,6 +56,9 @@ class Report:
     command: str
     findings: list[Finding] = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
+    #: extra tables for the table and Markdown renderers only: (title, column names, rows of strings); the
+    #: same data is in ``result`` for JSON
+    tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)
 
     def add(self, finding: Finding) -> Finding:
         self.findings.append(finding)

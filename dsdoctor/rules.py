@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from dsdoctor.report import SEVERITY_RANK, Finding
 
 #: Modules that declare rules; importing them must stay cheap (no torch, no deepspeed).
-FAMILIES = ("dsdoctor.checks.deepspeed_config", "dsdoctor.checks.training", "dsdoctor.checks.data",
+FAMILIES = ("dsdoctor.checks.deepspeed_config", "dsdoctor.checks.hf_trainer", "dsdoctor.checks.training", "dsdoctor.checks.data",
             "dsdoctor.checks.network")
 
 _RULES: dict[str, Rule] = {}

@@ -1,0 +1,188 @@
+"""``dsdoctor check CONFIG``: DeepSpeed config and batch-math validation before the model loads.
+
+Static by default (no torch or DeepSpeed import: a key schema generated from DeepSpeed's own pydantic models is
+read instead); ``--deep`` also builds DeepSpeed's own ``DeepSpeedConfig`` from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from dsdoctor.cli import report_command
+from dsdoctor.report import DsdoctorError, Finding, Report
+
+
+def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
+    """The data-parallel world size and where it came from: ``--world-size``, the launcher's ``WORLD_SIZE``,
+    the visible GPUs, else 1.
+
+    Raises:
+        DsdoctorError: a world size below 1, or a ``WORLD_SIZE`` that is not a positive integer.
+    """
+    if option is not None:
+        if option < 1:
+            raise DsdoctorError(f"--world-size must be at least 1, got {option}")
+        return option, "--world-size"
+    env = os.environ.get("WORLD_SIZE")
+    if env:
+        if not env.strip().isdigit() or int(env) < 1:
+            raise DsdoctorError(f"WORLD_SIZE={env!r} in the environment is not a positive integer")
+        return int(env), "WORLD_SIZE from the launcher environment"
+    if gpus:
+        return len(gpus), f"{len(gpus)} visible GPU(s) (NVML)"
+    return 1, "default: no launcher environment, no visible GPU (give --world-size)"
+
+
+def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
+              gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
+              fix: str | None = None, deep: bool = False) -> Report:
+    """Check a ds_config file; the body of ``dsdoctor check``.
+
+    Returns a Report whose ``result`` holds ``world_size`` (and its source), ``launch``, ``effective`` (the config
+    after the Trainer's fills and DeepSpeed's derivation and defaults), ``batch`` (the derived triple),
+    ``provenance`` (user / default / derived / auto per value), ``changes`` (what ``--fix`` writes) and
+    ``schema``. Raises DsdoctorError on bad input (one line, exit 2).
+    """
+    from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
+    from dsdoctor.configfile import read_ds_config, read_hf_args
+    from dsdoctor.hardware import gpu_from_name, visible_gpus
+
+    if client_optimizer and launch == "trainer":
+        raise DsdoctorError("--client-optimizer goes with --launch engine (under the Trainer, an optimizer block "
+                            "in the config decides it)")
+    if hf_args is not None and launch != "trainer":
+        raise DsdoctorError("--hf-args goes with --launch trainer")
+    if fix is not None:
+        target = Path(fix).expanduser()
+        if target.exists() and target.resolve() == Path(config_path).expanduser().resolve():
+            raise DsdoctorError(f"--fix {fix}: that is CONFIG itself; dsdoctor never edits it in place")
+        if not target.resolve().parent.is_dir():
+            raise DsdoctorError(f"--fix {fix}: directory {target.resolve().parent} does not exist")
+    config, duplicates = read_ds_config(config_path, "CONFIG")
+    args = read_hf_args(hf_args) if hf_args is not None else None
+    seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
+    if gpu == "auto":
+        if not seen:
+            seen = visible_gpus()
+        gpu_info = seen[0] if seen else None
+        if gpu_info is None:
+            raise DsdoctorError("--gpu auto: no GPU visible through NVML here; name it (--gpu V100, --gpu A100)")
+    else:
+        gpu_info = gpu_from_name(gpu) if gpu else None
+    model_info = None
+    if model:
+        from dsdoctor.models import model_info as lookup
+
+        model_info = lookup(model)
+    ws, ws_source = resolve_world_size(world_size, seen)
+    schema, schema_note = load_schema()
+    ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
+                       client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
+                       duplicates=duplicates, schema=schema, schema_note=schema_note)
+    result = check_config(config, ctx)
+    report = Report("check", result={
+        "config": str(config_path), "world_size": ws, "world_size_source": ws_source, "launch": launch,
+        "client_optimizer": client_optimizer, "gpu": None if gpu_info is None else {
+            "name": gpu_info.name, "compute_capability": f"{gpu_info.capability[0]}.{gpu_info.capability[1]}",
+            "source": gpu_info.source},
+        "model": None if model_info is None else {"name": model_info.name, "dtype": model_info.dtype,
+                                                  "hidden_size": model_info.hidden_size},
+        "schema": schema_note, "batch": result.batch, "provenance": result.provenance,
+        "effective": result.effective, "changes": [c.to_dict() for c in result.changes]})
+    for finding in result.findings:
+        report.add(finding)
+    if deep:
+        for finding in deep_check(config, ws, launch):
+            report.add(finding)
+    if fix is not None:
+        fixed = result.fixed_config(config)
+        Path(fix).expanduser().write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        report.result["fixed_config"] = str(fix)
+    report.tables.append(("effective values (after DeepSpeed's derivation and defaults)",
+                          ["key", "value", "came from"], effective_rows(result)))
+    if result.changes:
+        report.tables.append((f"--fix: changes{' written to ' + fix if fix else ' (give --fix OUT.json to write them)'}",
+                              ["path", "now", "becomes", "rule", "why"],
+                              [[c["path"], _show(c["old"]), "(deleted)" if c["action"] == "delete" else _show(c["new"]),
+                                c["rule"], c["why"]] for c in report.result["changes"]]))
+    if not any(f.severity in ("error", "warning") for f in report.findings):
+        report.add(Finding("DS100", "ok", "config passes every check",
+                           evidence=f"world size {ws}; batch {result.batch or 'not computed'}; {schema_note}"))
+    return report
+
+
+def _show(value) -> str:
+    return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def effective_rows(result) -> list[list[str]]:
+    """Rows of the effective-values table: the batch triple, precision, clipping, learning rate, ZeRO stage."""
+    from dsdoctor.checks.deepspeed_config import MISSING, get_path
+
+    rows = []
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                "zero_optimization.stage", "fp16.enabled", "bf16.enabled", "gradient_clipping",
+                "optimizer.params.lr"):
+        value = result.batch.get(key, get_path(result.effective, key)) if key in result.batch else \
+            get_path(result.effective, key)
+        if value is MISSING:
+            value = None
+        rows.append([key, _show(value), result.provenance.get(key, "")])
+    return rows
+
+
+def deep_check(config: dict, world_size: int, launch: str) -> list[Finding]:
+    """Build DeepSpeed's own ``DeepSpeedConfig`` from ``config`` (world size forced to ``world_size``) and report
+    what it raises as DS199. Imports DeepSpeed (seconds). Not run under ``--launch trainer`` for configs with
+    "auto" (the Trainer fills them first)."""
+    from dsdoctor.checks.deepspeed_config import DS199, auto_paths
+
+    if launch == "trainer" and any(True for _ in auto_paths(config)):
+        return [DS199.finding('--deep skipped: the config has "auto" values the Trainer fills first',
+                              severity="info")]
+    try:
+        import logging
+
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        from deepspeed.runtime import config as ds_config_module
+    except Exception as exc:  # no DeepSpeed, or one that does not import
+        raise DsdoctorError(f"--deep needs DeepSpeed importable here: {type(exc).__name__}: {exc}") from None
+    logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+    import copy
+    from unittest import mock
+
+    try:
+        with mock.patch.object(ds_config_module.dist, "get_world_size", return_value=world_size), \
+                mock.patch.object(ds_config_module.dist, "get_rank", return_value=0):
+            ds_config_module.DeepSpeedConfig(copy.deepcopy(config))
+    except Exception as exc:
+        text = " ".join(str(exc).split())
+        return [DS199.finding(f"DeepSpeedConfig raised {type(exc).__name__}: {text[:600]}")]
+    return [DS199.finding("DeepSpeedConfig accepted the config (world size "
+                          f"{world_size}); optimizer and scheduler are built later, at initialize",
+                          severity="ok")]
+
+
+@click.command("check")
+@click.argument("config", metavar="CONFIG")
+@click.option("--world-size", type=int, default=None,
+              help="Data-parallel ranks (default: WORLD_SIZE from the launcher, else the visible GPUs, else 1).")
+@click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
+              help="engine: your loop calls deepspeed.initialize; trainer: the HF Trainer fills \"auto\".")
+@click.option("--hf-args", default=None, metavar="FILE",
+              help="TrainingArguments values (JSON, or a LLaMA-Factory style YAML); with --launch trainer.")
+@click.option("--gpu", default=None, metavar="NAME|auto", help="The GPU model (V100, A100, RTX 4090) or auto (NVML).")
+@click.option("--model", default=None, metavar="NAME|PATH",
+              help="A model name (qwen2-7b, chatglm3-6b, ...) or a local directory with config.json.")
+@click.option("--client-optimizer", is_flag=True, help="Your script passes optimizer= to deepspeed.initialize.")
+@click.option("--fix", default=None, metavar="OUT.json", help="Write a corrected copy here (CONFIG is never edited).")
+@click.option("--deep", is_flag=True, help="Also build DeepSpeed's own DeepSpeedConfig from the file (imports DeepSpeed).")
+@report_command
+def check(config, world_size, launch, hf_args, gpu, model, client_optimizer, fix, deep) -> Report:
+    """Check a DeepSpeed config (JSON or HJSON) before the model loads."""
+    return run_check(config, world_size=world_size, launch=launch, hf_args=hf_args, gpu=gpu, model=model,
+                     client_optimizer=client_optimizer, fix=fix, deep=deep)
