@@ -13,7 +13,12 @@ from click.testing import CliRunner
 from dsdoctor import __version__
 from dsdoctor.cli import cli
 
-ALL_IDS = [f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "DATA703", "DS101", "NET401"]
+DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS110", "DS111", "DS112", "DS113", "DS114", "DS117",
+          "DS120", "DS121", "DS122", "DS123", "DS124", "DS125", "DS126", "DS127", "DS128", "DS129", "DS130",
+          "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS140", "DS141", "DS142",
+          "DS143", "DS144", "DS199"]
+HF_IDS = [f"HF20{i}" for i in range(1, 8)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "DATA703", "NET401"] + DS_IDS + HF_IDS)
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
 FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}
 
@@ -45,14 +50,14 @@ def test_version(runner):
 def test_help_lists_commands(runner):
     result = runner.invoke(cli, ["--help"])
     assert result.exit_code == 0
-    assert "rules" in result.stdout and "smoke" in result.stdout
+    assert "rules" in result.stdout and "smoke" in result.stdout and "check" in result.stdout
 
 
 # ------------------------------------------------------------------------------------------- rules
 def test_rules_table_lists_every_id(runner):
     result = runner.invoke(cli, ["rules"])
     assert result.exit_code == 0, result.output
-    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d)\b", result.stdout))
+    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d|HF2\d\d)\b", result.stdout))
     assert found == set(ALL_IDS)
     assert "INFO" in result.stdout
 
@@ -196,7 +201,7 @@ def test_smoke_broken_deepspeed_config(runner, tmp_path, no_launch):
 def test_smoke_deepspeed_config_not_an_object(runner, tmp_path, no_launch):
     cfg = tmp_path / "list.json"
     cfg.write_text("[1, 2]", encoding="utf-8")
-    assert "top level must be a JSON object, not list" in smoke_error(runner, tmp_path, "--deepspeed", str(cfg))
+    assert "top level must be a JSON object, not an array" in smoke_error(runner, tmp_path, "--deepspeed", str(cfg))
 
 
 def test_smoke_missing_deepspeed_config(runner, tmp_path, no_launch):

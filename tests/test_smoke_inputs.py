@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dsdoctor.checks.deepspeed_config import auto_finding, auto_paths
+from dsdoctor.checks.deepspeed_config import CheckContext, auto_paths, check_config
 from dsdoctor.commands.smoke import MARKER, prepare_out, read_ds_config
 from dsdoctor.report import DsdoctorError
 
@@ -37,9 +37,9 @@ def test_out_that_is_a_file_is_bad_input(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    (b"", "the file is empty"), (b"  \n", "the file is empty"), (b"\xff\xfe\x00\x01", "not a text file"),
-    (b"[1, 2]", "the top level must be a JSON object, not list"),
-    (b'{"a": ', "not valid JSON: Expecting value at line 1 column 7"),
+    (b"", "the file is empty"), (b"  \n", "the file is empty"), (b"\xff\xfe\x00\x01", "not a UTF-8 text file"),
+    (b"[1, 2]", "the top level must be a JSON object, not an array"),
+    (b'{"a": ', r"not valid JSON \(nor HJSON\): Expecting value at line 1 column 7"),
 ])
 def test_ds_config_bad_input(tmp_path, content, message):
     path = tmp_path / "ds.json"
@@ -59,4 +59,12 @@ def test_auto_values_are_found_everywhere():
               "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}, "fp16": {"enabled": "auto"}}
     assert list(auto_paths(config)) == ["train_batch_size", "optimizer.params.lr", "optimizer.params.betas[0]",
                                         "zero_optimization.reduce_bucket_size", "fp16.enabled"]
-    assert auto_finding(config).id == "DS101" and auto_finding({"train_batch_size": 8}) is None
+    found = {f.id: f for f in check_config(config, CheckContext()).findings}
+    # outside the Trainer: top-level and optimizer "auto" crash (DS101), "auto" in a validated section is
+    # silently the default (DS136)
+    assert found["DS101"].evidence == ('3 value(s) are "auto": train_batch_size, optimizer.params.lr, '
+                                       "optimizer.params.betas[0]")
+    assert "zero_optimization.reduce_bucket_size" in found["DS136"].evidence or \
+        "fp16.enabled" in found["DS136"].evidence
+    assert not [f for f in check_config({"train_batch_size": 8}, CheckContext(client_optimizer=True)).findings
+                if f.id in ("DS101", "DS136")]

@@ -64,6 +64,7 @@ class SmokeOptions:
     freeze_last: int | None = None
     trust_remote_code: bool = False
     verify: bool = True
+    check: bool = True
 
 
 def resolve_model(model: str | None) -> Path:
@@ -86,27 +87,9 @@ def resolve_model(model: str | None) -> Path:
 def read_ds_config(path: str) -> dict:
     """Parse a ds_config (JSON, or HJSON as DeepSpeed accepts). Raises DsdoctorError on a missing file,
     broken syntax, or a top level that is not an object."""
-    p = Path(path)
-    if not p.is_file():
-        raise DsdoctorError(f"--deepspeed {path}: no such file")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise DsdoctorError(f"--deepspeed {path}: not a text file (expected JSON)") from None
-    if not text.strip():
-        raise DsdoctorError(f"--deepspeed {path}: the file is empty")
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        try:
-            import hjson
+    from dsdoctor import configfile
 
-            config = json.loads(json.dumps(hjson.loads(text)))
-        except Exception:
-            raise DsdoctorError(f"--deepspeed {path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(config, dict):
-        raise DsdoctorError(f"--deepspeed {path}: the top level must be a JSON object, not {type(config).__name__}")
-    return config
+    return configfile.read_ds_config(path, "--deepspeed")[0]
 
 
 def visible_gpus() -> int:
@@ -303,13 +286,21 @@ def run_smoke(opts: SmokeOptions) -> Report:
 
     report = Report("smoke", result={"world_size": nproc, "launcher": opts.launcher, "device": "cuda" if gpus else "cpu",
                                      "steps_requested": opts.steps, "model": str(model), "method": opts.method})
-    # Problems that fail every rank for certain are reported before any rank starts.
-    from dsdoctor.checks.deepspeed_config import auto_finding
+    # Problems that fail every rank for certain are reported before any rank starts: a busy port, and every
+    # error `dsdoctor check` finds in the ds_config (the reference trainer calls deepspeed.initialize with
+    # model_parameters and no client optimizer: --launch engine).
+    finding = master_port_finding()
+    if finding is not None:
+        report.add(finding)
+    if ds_config is not None and opts.check:
+        from dsdoctor.checks.deepspeed_config import CheckContext, check_config
 
-    for finding in (master_port_finding(), auto_finding(ds_config) if ds_config is not None else None):
-        if finding is not None:
-            report.add(finding)
-    if report.findings:
+        checked = check_config(ds_config, CheckContext(world_size=nproc, world_size_source="--nproc",
+                                                       launch="engine"))
+        for finding in checked.findings:
+            if finding.severity in ("error", "warning"):
+                report.add(finding)
+    if any(f.severity == "error" for f in report.findings):
         return report
     port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else free_port()
 
@@ -440,11 +431,14 @@ def run_smoke(opts: SmokeOptions) -> Report:
 @click.option("--trust-remote-code", is_flag=True, help="Run the model directory's own modelling code.")
 @click.option("--verify/--no-verify", default=True, show_default=True,
               help="Save, reload into a fresh base model, merge, and compare logits.")
+@click.option("--check/--no-check", "check_config", default=True, show_default=True,
+              help="Run `dsdoctor check`'s rules on --deepspeed first and stop on errors (--no-check: let "
+                   "DeepSpeed judge it).")
 @report_command
 def smoke(steps, model, ds_config, method, nproc, data, seq_len, out, launcher, timeout_s, learning_rate, zero,
-          micro_batch, lora_targets, freeze_last, trust_remote_code, verify) -> Report:
+          micro_batch, lora_targets, freeze_last, trust_remote_code, verify, check_config) -> Report:
     """Run the reference trainer for a few steps on N ranks and prove it trains, saves and reloads."""
     return run_smoke(SmokeOptions(steps=steps, model=model, deepspeed=ds_config, method=method, nproc=nproc,
                                   data=data, seq_len=seq_len, out=out, launcher=launcher, timeout_s=timeout_s,
                                   learning_rate=learning_rate, zero=zero, micro_batch=micro_batch, lora_targets=lora_targets, freeze_last=freeze_last,
-                                  trust_remote_code=trust_remote_code, verify=verify))
+                                  trust_remote_code=trust_remote_code, verify=verify, check=check_config))
