@@ -309,6 +309,15 @@ DS144 = rule(
     fix="Lower both to 2e8 (or to hidden_size^2, what the HF Trainer's \"auto\" uses), or set "
         '"overlap_comm": false.',
     source="transformers docs main_classes/deepspeed (ZeRO-2 config: overlap_comm uses 4.5x the bucket sizes)")
+DS145 = rule(
+    "DS145", "error", "gradient pre-scaling with ZeRO's reduce scatter",
+    what="prescale_gradients is true (a string such as \"false\" counts as true) or gradient_predivide_factor "
+         "is not 1.0, with ZeRO stage 2 or 3 and reduce_scatter on (the default).",
+    why='ZeRO asserts "pre-scale gradients is not yet supported with ZeRO-N with reduce scatter enabled" '
+        '("gradient_predivide_factor != 1.0 is not yet supported ...") when the engine is built.',
+    fix='Remove prescale_gradients (or write false without quotes) and gradient_predivide_factor, or set '
+        '"reduce_scatter": false in zero_optimization.',
+    source="deepspeed/runtime/zero/stage_1_and_2.py and stage3.py __init__")
 DS199 = rule(
     "DS199", "error", "DeepSpeed's own config parser (--deep)",
     what="With --deep, DeepSpeed's DeepSpeedConfig is built from the file: this is what it raised, or that it "
@@ -648,25 +657,40 @@ def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                       f'{1 if value else 0})', fix='Write "zero_optimization": {"stage": 1}.'))
                 continue
             if not isinstance(value, dict):
-                if value is None and not sections[key].get("strict"):
-                    continue
+                if value is None and key == "bf16":
+                    continue  # deepspeed/runtime/precision_config.py: a null "bf16" falls back to "bfloat16"
+                if not sections[key].get("fields") and key not in ("optimizer", "scheduler"):
+                    continue  # a section DeepSpeed passes through whole
                 out.add(DS137.finding(f'"{key}" must be an object, got {show(value)}'))
+                if value is None:
+                    out.change(key, value, MISSING, "DS137", "a null section crashes DeepSpeed's parser")
                 continue
             _check_section(key, value, ctx, out)
-        elif key in _TOP_NUMBERS and value is not None and not is_auto(value) and not is_number(value):
-            out.add(DS137.finding(f'"{key}" must be a number, got {show(value)}'))
-            if isinstance(value, str):
-                try:
-                    out.change(key, value, float(value), "DS137", "a number, not a string")
-                except ValueError:
-                    pass
-        elif key in _TOP_NUMBERS and is_number(value) and value < 0:
-            out.add(DS137.finding(f'"{key}" must be >= 0, got {show(value)}'))
+        elif key in _TOP_NUMBERS:
+            if value is None and key == "steps_per_print" or is_auto(value):
+                continue
+            if not is_number(value):
+                out.add(DS137.finding(f'"{key}" must be a number, got {show(value)}'))
+                if isinstance(value, str):
+                    try:
+                        out.change(key, value, float(value), "DS137", "a number, not a string")
+                    except ValueError:
+                        pass
+            elif key == "steps_per_print" and value < 1:
+                out.add(DS137.finding(f'"steps_per_print" is {show(value)}: DeepSpeed computes step % '
+                                      "steps_per_print (ZeroDivisionError for 0)"))
+                out.change(key, value, 10, "DS137", "a positive print interval")
+            elif key == "gradient_clipping" and value < 0:
+                out.add(DS137.finding(f'"gradient_clipping" is {show(value)}: negative means no clipping at all',
+                                      severity="warning"))
         elif key in _TOP_FLAGS and not isinstance(value, bool) and not is_auto(value):
             flag = as_bool(value)
+            crashes = key == "wall_clock_breakdown"  # config.py ORs it with a bool: TypeError for a string
             out.add(DS137.finding(f'"{key}" must be true or false, got {show(value)}'
-                                  + (" (Python reads any non-empty string as true)" if isinstance(value, str) else ""),
-                                  severity="warning"))
+                                  + (" (TypeError: DeepSpeed ORs it with a boolean)" if crashes else
+                                     " (Python reads any non-empty string as true)" if isinstance(value, str)
+                                     else ""),
+                                  severity="error" if crashes else "warning"))
             if flag is not None:
                 out.change(key, value, flag, "DS137", "a boolean, not a string")
 
@@ -769,8 +793,14 @@ def _section_of(path: str, schema: dict) -> str | None:
 def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     """DS101 (crashes) and DS136/DS143 (silently the default) for "auto" values outside the Trainer."""
     crash, silent = [], []
+    top = set(ctx.schema["top_level"]) - set(ctx.schema.get("removed_top_level", {}))
     for path in auto_paths(config):
+        if path.split(".")[0].split("[")[0] not in top:
+            continue  # under a key DeepSpeed ignores (DS130) or refuses (DS135): "auto" there does nothing
         section = _section_of(path, ctx.schema)
+        if section and not ctx.schema["sections"][section].get("strict") and path.split(".")[-1] not in \
+                _field_index(ctx.schema["sections"][section]) and section not in ("optimizer", "scheduler"):
+            continue  # a key the section ignores (DS132)
         if section and ctx.schema["sections"][section].get("strict"):
             silent.append((path, section))
         else:
@@ -1167,6 +1197,20 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     stage = zero_stage(config)
     if stage is None:
         return
+    reduce_scatter = zero.get("reduce_scatter", True)
+    # the assertion sits under `if self.reduce_scatter and self.partition_gradients`: stages 2 and 3
+    if stage >= 2 and (is_auto(reduce_scatter) or as_bool(reduce_scatter) is not False):
+        prescale = config.get("prescale_gradients", False)
+        factor = config.get("gradient_predivide_factor", 1.0)
+        if prescale and not is_auto(prescale):
+            out.add(DS145.finding(f'"prescale_gradients": {show(prescale)} with ZeRO stage {stage} and '
+                                  "reduce_scatter: pre-scale gradients is not yet supported"
+                                  + (" (a non-empty string is true)" if isinstance(prescale, str) else "")))
+            out.change("prescale_gradients", prescale, False, "DS145", "not supported with ZeRO reduce scatter")
+        if is_number(factor) and factor != 1.0:
+            out.add(DS145.finding(f'"gradient_predivide_factor": {show(factor)} with ZeRO stage {stage} and '
+                                  "reduce_scatter: gradient_predivide_factor != 1.0 is not yet supported"))
+            out.change("gradient_predivide_factor", factor, MISSING, "DS145", "not supported with ZeRO reduce scatter")
     if stage < 3 and offload_device(config, "offload_param") in ("cpu", "nvme"):
         out.add(DS141.finding(f"offload_param device {offload_device(config, 'offload_param')} with ZeRO stage "
                               f"{stage}"))
@@ -1188,7 +1232,8 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                        else gather, True, "DS142", "save full 16-bit weights / a non-empty adapter")
     if stage in (1, 2):
         overlap = zero.get("overlap_comm")
-        overlap = as_bool(overlap) if overlap is not None and not is_auto(overlap) else (stage == 2 or None)
+        # default: None, then true for stage 3 only (deepspeed/runtime/zero/config.py overlap_comm_valid)
+        overlap = as_bool(overlap) if overlap is not None and not is_auto(overlap) else False
         sizes = []
         for key in ("reduce_bucket_size", "allgather_bucket_size"):
             value = zero.get(key, 5e8)
