@@ -154,6 +154,7 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
             else:
                 origin[key_long] = f"auto <- {hf_key} (value not given)"
                 fills.append(f"{key_long} <- {hf_key}")
+                node[key] = "__filled__"
             return
         if not must_match or not known:
             return
@@ -218,12 +219,10 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
     node, key = _find_node(filled, "scheduler.params.warmup_num_steps")
     if node is not None:
         if is_auto(node.get(key)):
-            node[key] = warmup_steps if warmup_steps is not None and known else 1 if not known else "__filled__"
+            node[key] = warmup_steps if warmup_steps is not None and known else "__filled__"
             origin["scheduler.params.warmup_num_steps"] = "auto <- warmup_steps"
             fills.append(f"scheduler.params.warmup_num_steps <- max(1, warmup_steps)"
                          + (f" = {warmup_steps}" if warmup_steps is not None and known else ""))
-            if node[key] == "__filled__" or not known:
-                node[key] = max(1, warmup_steps or 1)
         elif known and warmup_steps is not None and node.get(key) is not None and node.get(key) != warmup_steps:
             mismatches.append(f"- ds scheduler.params.warmup_num_steps={_py(node.get(key))} vs hf warmup_steps="
                               f"{warmup_steps}")
