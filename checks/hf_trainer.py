@@ -212,8 +212,8 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
         origin["scheduler.params.total_num_steps"] = "auto <- num_training_steps"
     warmup = args.get("warmup_steps", 0)
     warmup_steps = None
-    if isinstance(warmup, (int, float)) and warmup >= 1:
-        warmup_steps = max(1, int(warmup))
+    if isinstance(warmup, (int, float)) and (warmup >= 1 or warmup <= 0):
+        warmup_steps = max(1, int(warmup))  # TrainingArguments.get_warmup_steps; 0 -> max(1, 0) = 1
     elif isinstance(warmup, (int, float)) and total:
         warmup_steps = max(1, math.ceil(total * warmup))
     node, key = _find_node(filled, "scheduler.params.warmup_num_steps")

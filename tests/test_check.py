@@ -1,0 +1,432 @@
+"""`dsdoctor check`: each rule on the config that triggers it (exact IDs and values), the batch math against
+DeepSpeed's own DeepSpeedConfig, the Trainer's fills, --fix, and bad input (one line, exit 2, never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsdoctor.checks.deepspeed_config import (CheckContext, check_config, derive_batch, load_schema,
+                                              valid_world_sizes)
+from dsdoctor.cli import cli
+from dsdoctor.hardware import gpu_from_name
+from dsdoctor.models import model_info
+
+OPT = {"type": "AdamW", "params": {"lr": 2e-5}}
+
+
+def ids(config, at_least=("warning", "error"), **ctx) -> list[str]:
+    result = check_config(config, CheckContext(**ctx))
+    return sorted(f.id for f in result.findings if f.severity in at_least)
+
+
+def finding(config, rule_id, **ctx):
+    found = [f for f in check_config(config, CheckContext(**ctx)).findings if f.id == rule_id]
+    assert found, f"{rule_id} not found"
+    return found[0]
+
+
+# ------------------------------------------------------------------------------------------------ batch
+@pytest.mark.parametrize("train, micro, acc, ws, expected", [
+    (32, 4, None, 4, (32, 4, 2, None)),     # gradient accumulation derived: 32 // 4 // 4
+    (32, None, 4, 4, (32, 2, 4, None)),     # micro batch derived: 32 // 4 // 4
+    (None, 2, 8, 7, (112, 2, 8, None)),     # train_batch_size derived, any world size
+    (32, 4, None, 7, (32, 4, 1, "32 != 4 * 1 * 7")),  # a config for 8 GPUs on 7
+    (32, 4, 1, 8, (32, 4, 1, None)),
+    (4, None, None, 8, (4, 0, 1, "Micro batch size per gpu: 0 has to be greater than 0")),
+])
+def test_batch_math_is_deepspeeds(train, micro, acc, ws, expected):
+    d_train, d_micro, d_acc, _, error = derive_batch(train, micro, acc, ws)
+    assert (d_train, d_micro, d_acc) == expected[:3]
+    assert (error is None) == (expected[3] is None) and (expected[3] is None or expected[3] in error)
+
+
+def test_batch_agrees_with_deepspeedconfig_for_many_world_sizes():
+    """DeepSpeed's own DeepSpeedConfig with dist.get_world_size patched: the same accept/refuse verdicts and the
+    same derived values for every partial triple and world size 1..8."""
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds
+
+    triples = [(t, m, a) for t in (None, 8, 12, 32) for m in (None, 1, 2, 4) for a in (None, 1, 2, 3)]
+    for train, micro, acc in triples:
+        for ws in range(1, 9):
+            config = {k: v for k, v in (("train_batch_size", train), ("train_micro_batch_size_per_gpu", micro),
+                                        ("gradient_accumulation_steps", acc)) if v is not None}
+            mine = derive_batch(train, micro, acc, ws)
+            with mock.patch.object(ds.dist, "get_world_size", return_value=ws), \
+                    mock.patch.object(ds.dist, "get_rank", return_value=0):
+                try:
+                    real = ds.DeepSpeedConfig(dict(config))
+                except AssertionError as exc:
+                    assert mine[4] is not None and mine[4] == str(exc), (config, ws, str(exc), mine)
+                    continue
+            assert mine[4] is None, (config, ws, mine)
+            assert mine[:3] == (real.train_batch_size, real.train_micro_batch_size_per_gpu,
+                                real.gradient_accumulation_steps)
+
+
+def test_config_for_8_gpus_launched_on_7():
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+              "optimizer": OPT}
+    assert ids(config, world_size=8) == []
+    f = finding(config, "DS102", world_size=7)
+    assert "64 != 4 * 2 * 7" in f.evidence and "holds on world size 8" in f.evidence
+    assert "train_batch_size 56 = micro 4 x gradient_accumulation_steps 2 x world size 7" in f.fix
+    assert valid_world_sizes(64, 4, 2) == [8]
+
+
+@pytest.mark.parametrize("value, rule_id, severity", [
+    (0, "DS103", "error"), (-2, "DS103", "error"), ("4", "DS103", "error"), (2.5, "DS103", "error"),
+    (True, "DS103", "error"), (4.0, "DS103", "warning"), ("auto", "DS101", "error"),
+])
+def test_bad_micro_batch_values(value, rule_id, severity):
+    f = finding({"train_micro_batch_size_per_gpu": value, "optimizer": OPT}, rule_id)
+    assert f.severity == severity
+
+
+def test_no_batch_size_at_all():
+    assert ids({"gradient_accumulation_steps": 2, "optimizer": OPT}) == ["DS104"]
+
+
+# ------------------------------------------------------------------------------------------------ keys
+def test_misspelled_top_level_key_is_named_with_its_correction():
+    f = finding({"train_micro_batch_size_per_gpu": 1, "zero_optimisation": {"stage": 3}, "optimizer": OPT}, "DS130")
+    assert f.severity == "warning" and 'did you mean "zero_optimization"' in f.evidence
+
+
+def test_unknown_key_in_validated_and_in_ignored_sections():
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "zero_optimization": {"stage": 2, "overlap_com": True},
+              "activation_checkpointing": {"partition_activation": True}}
+    assert ids(config) == ["DS131", "DS132"]
+    assert 'did you mean "overlap_comm"' in finding(config, "DS131").evidence
+
+
+def test_deprecated_keys_alone_and_beside_their_replacement():
+    base = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT}
+    alone = {**base, "zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": True}}
+    assert ids(alone) == ["DS133"] and "gather_16bit_weights_on_model_save" in finding(alone, "DS133").evidence
+    both = {**base, "zero_optimization": {"stage": 2, "cpu_offload": True, "offload_optimizer": {"device": "cpu"}}}
+    assert "DS134" in ids(both)
+
+
+def test_removed_feature_key():
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "amp": {"enabled": True}}) == ["DS135"]
+
+
+def test_auto_inside_a_validated_section_silently_becomes_the_default():
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT,
+              "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "auto"}}, "fp16": {"enabled": "auto"}}
+    result = check_config(config, CheckContext())
+    assert sorted(f.id for f in result.findings if f.severity != "info") == ["DS136", "DS143"]
+    assert 'DeepSpeed uses the default false' in next(f.evidence for f in result.findings if f.id == "DS136")
+
+
+def test_wrong_types():
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "zero_optimization": {"stage": 4}}) == ["DS140"]
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT,
+                "zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}) == ["DS137"]
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "gradient_clipping": "1.0"}) == ["DS137"]
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": True}) == ["DS137"]
+
+
+# ------------------------------------------------------------------------------------------------ precision
+def test_both_precisions():
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": True},
+                "bf16": {"enabled": True}}) == ["DS110"]
+
+
+@pytest.mark.parametrize("gpu, precision, expected", [
+    ("V100", "bf16", ["DS111"]), ("T4", "bf16", ["DS111"]), ("A100", "bf16", []), ("RTX 4090", "bf16", []),
+    ("P100", "fp16", ["DS112"]), ("V100", "fp16", []),
+])
+def test_precision_against_the_gpu(gpu, precision, expected):
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, precision: {"enabled": True}}
+    assert ids(config, gpu=gpu_from_name(gpu)) == expected
+
+
+def test_fp16_on_a_bf16_model_and_the_reverse():
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": True}}
+    assert ids(config, model=model_info("qwen2-7b")) == ["DS113"]
+    assert ids(config, model=model_info("chatglm3-6b")) == []
+    reverse = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "bf16": {"enabled": True}}
+    assert finding(reverse, "DS113", model=model_info("llama-2-7b")).severity == "info"
+
+
+def test_model_directory_dtype(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16", "hidden_size": 64}))
+    info = model_info(str(tmp_path))
+    assert (info.dtype, info.hidden_size) == ("bfloat16", 64)
+
+
+def test_fp16_loss_scale_settings():
+    f = finding({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT,
+                 "fp16": {"enabled": True, "loss_scale": 128, "loss_scale_window": 100}}, "DS114")
+    assert "static loss_scale 128" in f.evidence and "loss_scale_window 100" in f.evidence
+
+
+# ------------------------------------------------------------------------------------------------ optimizer
+def test_tutorial_config_gives_both_failures_at_once():
+    config = {"train_batch_size": 32, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
+              "bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+              "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-5,
+                                                                 "warmup_num_steps": 200}}, "steps_per_print": 20}
+    assert ids(config, world_size=4) == ["DS120", "DS125"]
+    assert "zero stage 2 requires an optimizer" in finding(config, "DS120", world_size=4).evidence
+
+
+@pytest.mark.parametrize("config, client, expected", [
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}, True, ["DS121"]),
+    ({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+      "zero_force_ds_cpu_optimizer": False}, True, []),
+    ({"optimizer": {"type": "FusedAdam"}}, False, ["DS122"]),
+    ({"optimizer": {"type": "SGD", "params": {"lr": 1e-5}}, "zero_optimization": {"stage": 1}}, False, ["DS123"]),
+    ({"optimizer": {"type": "SGD", "params": {"lr": 1e-5}}, "zero_optimization": {"stage": 0}}, False, []),
+    ({"optimizer": OPT, "scheduler": {"type": "CosineWarmup"}}, False, ["DS124"]),
+    ({"optimizer": OPT, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_step": 5}}}, False, ["DS126"]),
+    ({"optimizer": OPT, "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}}, False, ["DS127"]),
+    ({"optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}, False, ["DS128"]),
+    ({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "max_grad_norm": 1.0}}}, False, ["DS129"]),
+    ({"optimizer": OPT}, True, ["DS117"]),
+    ({"zero_optimization": {"stage": 3}}, False, ["DS120"]),
+])
+def test_optimizer_and_scheduler_rules(config, client, expected):
+    assert ids({"train_micro_batch_size_per_gpu": 1, **config}, client_optimizer=client) == expected
+
+
+def test_warmup_longer_than_the_run_is_a_warning():
+    f = finding({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "scheduler": {
+        "type": "WarmupDecayLR", "params": {"warmup_num_steps": 500, "total_num_steps": 100}}}, "DS127")
+    assert f.severity == "warning"
+
+
+# ------------------------------------------------------------------------------------------------ ZeRO
+def test_zero_rules():
+    base = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT}
+    assert ids({**base, "zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}) == ["DS141"]
+    assert ids({**base, "zero_optimization": {"stage": 3}}, launch="trainer") == ["DS142"]
+    assert ids({**base, "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}},
+               launch="trainer") == []
+    big = {**base, "zero_optimization": {"stage": 2, "overlap_comm": True}}
+    f = finding(big, "DS144", gpu=gpu_from_name("RTX 4090"))
+    assert f.severity == "warning" and "8.4 GiB" in f.evidence
+    assert ids({**base, "zero_optimization": {"stage": 2}}, gpu=gpu_from_name("RTX 4090")) == []  # overlap off
+
+
+def test_prescale_gradients_string_under_zero2():
+    f = finding({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "prescale_gradients": "false",
+                 "zero_optimization": {"stage": 2}}, "DS145")
+    assert "non-empty string is true" in f.evidence
+
+
+# ------------------------------------------------------------------------------------------------ Trainer
+def test_trainer_mismatches_all_at_once_in_hf_wording():
+    config = {"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-4,
+                                                           "warmup_num_steps": 500}}}
+    args = {"per_device_train_batch_size": 2, "gradient_accumulation_steps": 8, "learning_rate": 5e-5}
+    f = finding(config, "HF201", launch="trainer", hf_args=args, world_size=8)
+    assert "- ds train_batch_size=8 vs hf train_batch_size (calculated)=128" in f.evidence
+    assert "- ds optimizer.params.lr=0.0001 vs hf learning_rate=5e-05" in f.evidence
+    assert "- ds scheduler.params.warmup_max_lr=0.0001 vs hf learning_rate=5e-05" in f.evidence
+    assert "- ds scheduler.params.warmup_num_steps=500 vs hf warmup_steps=1" in f.evidence
+
+
+def test_trainer_fills_auto_and_reports_where_from():
+    config = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": "auto", "bf16": {"enabled": "auto"},
+              "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                                    "stage3_gather_16bit_weights_on_model_save": True}}
+    args = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": True}
+    result = check_config(config, CheckContext(launch="trainer", hf_args=args, world_size=4,
+                                               model=model_info("qwen2-7b")))
+    assert result.batch == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                            "gradient_accumulation_steps": 2, "world_size": 4}
+    assert result.provenance["train_batch_size"] == "auto <- train_batch_size (calculated) = 32"
+    assert result.effective["zero_optimization"]["reduce_bucket_size"] == 3584 * 3584
+    assert result.effective["bf16"]["enabled"] is True
+    assert not [f for f in result.findings if f.severity in ("warning", "error")]
+
+
+def test_trainer_auto_that_nothing_fills():
+    config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {"stage": 2, "sub_group_size": "auto"}}
+    f = finding(config, "HF203", launch="trainer", hf_args={})
+    assert "`zero_optimization.sub_group_size` not found in kwargs" in f.evidence
+
+
+def test_yaml_number_without_a_dot_is_a_string(tmp_path):
+    (tmp_path / "train.yaml").write_text("learning_rate: 1e-4\nper_device_train_batch_size: 2\n")
+    from dsdoctor.configfile import read_hf_args
+
+    args = read_hf_args(str(tmp_path / "train.yaml"))
+    assert args["learning_rate"] == "1e-4"
+    f = finding({"train_micro_batch_size_per_gpu": "auto"}, "HF206", launch="trainer", hf_args=args)
+    assert "'1e-4'" in f.evidence
+
+
+def test_trainer_offload_without_optimizer_block():
+    config = {"train_micro_batch_size_per_gpu": "auto", "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    assert ids(config, launch="trainer") == ["DS121"]
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def write(tmp_path, config, name="ds.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(config) if not isinstance(config, str) else config)
+    return str(path)
+
+
+def test_cli_json_result_and_exit_code(runner, tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    path = write(tmp_path, {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "optimizer": OPT})
+    result = runner.invoke(cli, ["check", path, "--world-size", "4", "--json", "-"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0
+    assert data["result"]["batch"] == {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
+                                       "gradient_accumulation_steps": 2, "world_size": 4}
+    assert data["result"]["provenance"]["gradient_accumulation_steps"] == "derived: 32 // 4 // 4"
+    assert data["result"]["world_size_source"] == "--world-size"
+    assert data["result"]["effective"]["zero_optimization"]["reduce_bucket_size"] == 500000000
+
+
+def test_cli_world_size_from_the_launcher_environment(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "7")
+    path = write(tmp_path, {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "optimizer": OPT})
+    data = json.loads(runner.invoke(cli, ["check", path, "--json", "-"]).stdout)
+    assert data["result"]["world_size"] == 7 and "WORLD_SIZE" in data["result"]["world_size_source"]
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["DS102"]
+
+
+def test_fix_writes_a_corrected_copy_and_never_the_input(runner, tmp_path):
+    original = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                "zero_optimisation": {"stage": 2}, "optimizer": {"type": "FusedAdam", "params": {"lr": 1e-5}},
+                "bf16": {"enabled": True}, "fp16": {"enabled": True}}
+    path = write(tmp_path, original)
+    before = open(path).read()
+    out = tmp_path / "fixed.json"
+    result = runner.invoke(cli, ["check", path, "--world-size", "4", "--fix", str(out), "--json", "-"])
+    assert result.exit_code == 1 and open(path).read() == before
+    fixed = json.loads(out.read_text())
+    assert fixed["train_batch_size"] == 16 and "zero_optimisation" not in fixed
+    assert fixed["zero_optimization"] == {"stage": 2} and fixed["optimizer"]["type"] == "AdamW"
+    assert fixed["fp16"]["enabled"] is False and fixed["bf16"]["enabled"] is True
+    # the corrected copy passes
+    again = runner.invoke(cli, ["check", str(out), "--world-size", "4", "--json", "-"])
+    assert again.exit_code == 0, again.stdout
+    changes = json.loads(result.stdout)["result"]["changes"]
+    assert {c["rule"] for c in changes} >= {"DS102", "DS130", "DS122", "DS110"}
+    assert all(c["why"] for c in changes)
+
+
+def test_fix_refuses_to_overwrite_the_config(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1})
+    result = runner.invoke(cli, ["check", path, "--fix", path])
+    assert result.exit_code == 2 and "never edits it in place" in result.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such file"), ("", "the file is empty"), ("[1, 2]", "not an array"),
+    ('{"a": ', "not valid JSON (nor HJSON)"), ('"text"', "not a string"), ("{\"a\": NaN}", "not valid JSON"),
+])
+def test_bad_config_file_is_one_line_exit_2(runner, tmp_path, content, message):
+    path = tmp_path / "ds.json"
+    if content is not None:
+        path.write_text(content)
+    result = runner.invoke(cli, ["check", str(path)])
+    assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpu", "Voodoo 5"], "unknown GPU"), (["--model", "gpt-99"], "unknown model name"),
+    (["--world-size", "0"], "at least 1"), (["--launch", "engine", "--hf-args", "x.json"], "goes with --launch trainer"),
+    (["--launch", "trainer", "--client-optimizer"], "goes with --launch engine"),
+    (["--launch", "trainer", "--hf-args", "missing.yaml"], "no such file"),
+])
+def test_bad_options_are_one_line_exit_2(runner, tmp_path, args, message):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1})
+    result = runner.invoke(cli, ["check", path, *args])
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_hjson_is_accepted(runner, tmp_path):
+    path = write(tmp_path, "{\n  # HJSON, as DeepSpeed accepts\n  train_micro_batch_size_per_gpu: 2\n"
+                           "  optimizer: {\n    type: AdamW\n    params: {\n      lr: 2e-5\n    }\n  }\n}\n",
+                 "ds.hjson")
+    result = runner.invoke(cli, ["check", path, "--world-size", "2", "--json", "-"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["result"]["batch"]["train_batch_size"] == 4
+
+
+def test_duplicate_key_is_reported(runner, tmp_path):
+    path = write(tmp_path, '{"train_micro_batch_size_per_gpu": 1, "train_micro_batch_size_per_gpu": 2, '
+                           '"optimizer": {"type": "AdamW"}}')
+    data = json.loads(runner.invoke(cli, ["check", path, "--json", "-"]).stdout)
+    assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["DS138"]
+
+
+def test_deep_mode_asks_deepspeed(runner, tmp_path):
+    path = write(tmp_path, {"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4,
+                            "gradient_accumulation_steps": 4, "optimizer": OPT})
+    data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "1", "--deep", "--json", "-"]).stdout)
+    deep = [f for f in data["findings"] if f["id"] == "DS199"][0]
+    assert "30 != 4 * 4 * 1" in deep["evidence"] and deep["severity"] == "error"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-10, 10 ** 10) | st.floats(allow_nan=False,
+                    allow_infinity=False) | st.sampled_from(["auto", "cpu", "AdamW", "WarmupDecayLR", "1e-4", ""]),
+                    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children,
+                                                                                       max_size=4), max_leaves=12)
+KEYS = st.sampled_from(["train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                        "zero_optimization", "fp16", "bf16", "optimizer", "scheduler", "gradient_clipping",
+                        "activation_checkpointing", "prescale_gradients", "steps_per_print", "bfloat16", "amp"])
+SUBKEYS = st.sampled_from(["stage", "offload_optimizer", "offload_param", "device", "enabled", "type", "params",
+                           "lr", "total_num_steps", "warmup_num_steps", "reduce_bucket_size", "overlap_comm",
+                           "loss_scale", "cpu_offload", "stage3_gather_16bit_weights_on_model_save"])
+NESTED = st.recursive(JSON, lambda c: st.dictionaries(SUBKEYS, c, max_size=5), max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=st.dictionaries(KEYS, NESTED, max_size=8), launch=st.sampled_from(["engine", "trainer"]),
+       hf_args=st.none() | st.dictionaries(st.sampled_from(["per_device_train_batch_size", "learning_rate", "bf16",
+                                                             "warmup_ratio", "max_steps", "warmup_steps"]), JSON,
+                                           max_size=4),
+       world_size=st.integers(1, 16), gpu=st.sampled_from([None, "V100", "A100", "P100"]))
+def test_any_json_object_gives_findings_never_an_exception(config, launch, hf_args, world_size, gpu):
+    result = check_config(config, CheckContext(world_size=world_size, launch=launch,
+                                               hf_args=hf_args if launch == "trainer" else None,
+                                               gpu=gpu_from_name(gpu) if gpu else None))
+    json.dumps([f.to_dict() for f in result.findings])
+    result.fixed_config(config)
+
+
+def test_schema_is_the_installed_deepspeeds():
+    schema, note = load_schema()
+    assert schema["deepspeed_version"] == "0.19.8" and "installed" in note
+    assert schema["sections"]["zero_optimization"]["strict"] is True
+    assert schema["sections"]["activation_checkpointing"]["strict"] is False
+    assert schema["schedulers"]["WarmupDecayLR"]["required"] == ["total_num_steps"]
+
+
+def test_check_imports_neither_torch_nor_deepspeed(tmp_path):
+    import subprocess
+    import sys
+
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT})
+    code = ("import sys, runpy; sys.argv = ['dsdoctor', 'check', %r, '--json', '-'];\n"
+            "try:\n    runpy.run_module('dsdoctor', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('IMPORTED', sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules), "
+            "file=sys.stderr)") % path
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "WORLD_SIZE": "1"})
+    assert "IMPORTED []" in proc.stderr, proc.stderr[-1500:]
