@@ -98,17 +98,24 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
         if key in hf_args and major >= 5:
             out.add(HF205.finding(f"{key}: {hf_args[key]!r} with transformers {version}: TrainingArguments.__init__() "
                                   f"got an unexpected keyword argument '{key}'", fix=f"Use {replacement}."))
-    if "warmup_ratio" in hf_args and "warmup_steps" not in hf_args:
-        args["warmup_steps"] = args.pop("warmup_ratio")
+    if args.get("warmup_ratio") is not None and "warmup_steps" not in hf_args:
+        args["warmup_steps"] = args["warmup_ratio"]
     for key, kind in NUMERIC.items():
         value = args.get(key)
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            continue
+        number = None
         if isinstance(value, str):
             try:
                 number = kind(float(value)) if kind is int else float(value)
-            except ValueError:
-                continue
+            except (ValueError, OverflowError):
+                number = None
+        if number is not None:
             out.add(HF206.finding(f"{key} is the string {value!r}, not a number"))
-            args[key] = number
+        else:
+            out.add(HF206.finding(f"{key} is {value!r}, not a number", title="a TrainingArguments number that "
+                                  "is not a number"))
+        args[key] = number if number is not None else defaults.get(key)
     for key in FLAGS:
         if isinstance(args.get(key), str):
             args[key] = args[key].strip().lower() in ("1", "true", "yes", "on")

@@ -396,7 +396,8 @@ SUBKEYS = st.sampled_from(["stage", "offload_optimizer", "offload_param", "devic
 NESTED = st.recursive(JSON, lambda c: st.dictionaries(SUBKEYS, c, max_size=5), max_leaves=20)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("DSDOCTOR_FUZZ_EXAMPLES", "400")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(config=st.dictionaries(KEYS, NESTED, max_size=8), launch=st.sampled_from(["engine", "trainer"]),
        hf_args=st.none() | st.dictionaries(st.sampled_from(["per_device_train_batch_size", "learning_rate", "bf16",
                                                              "warmup_ratio", "max_steps", "warmup_steps"]), JSON,
@@ -430,3 +431,20 @@ def test_check_imports_neither_torch_nor_deepspeed(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "WORLD_SIZE": "1"})
     assert "IMPORTED []" in proc.stderr, proc.stderr[-1500:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_any_file_content_parses_or_is_one_clear_error(tmp_path_factory, content):
+    from dsdoctor.configfile import read_ds_config
+    from dsdoctor.report import DsdoctorError
+
+    path = tmp_path_factory.mktemp("fuzz") / "ds.json"
+    path.write_bytes(content)
+    try:
+        config, _ = read_ds_config(str(path))
+    except DsdoctorError as exc:
+        assert "\n" not in str(exc) and str(path) in str(exc)
+    else:
+        assert isinstance(config, dict)
+        check_config(config, CheckContext())
