@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+import dsdoctor.schemas
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
 
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "dsdoctor" / "schemas"
+#: where the generated key schemas are installed (an empty package; package-data ``*.json``)
+SCHEMA_DIR = Path(dsdoctor.schemas.__file__).resolve().parent
 MISSING = object()
 BATCH_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 #: read by deepspeed/__init__.py ``initialize`` (mesh device), not by DeepSpeedConfig's getters
