@@ -246,18 +246,15 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
         node, key = _find_node(filled, path)
         if node is not None and is_auto(node.get(key)):
             node[key] = value
-    unfilled = [p for p in auto_paths(filled) if "[" not in p]
-    if unfilled and known:
-        for path in unfilled:
-            section_default = _default_for(path, ctx.schema)
-            out.add(HF203.finding(f"\"{path}\" is \"auto\" and nothing fills it: `{path}` not found in kwargs. "
-                                  f"Please specify `{path}` without `auto`"
-                                  + (f" (DeepSpeed's default: {show(section_default)})"
-                                     if section_default is not MISSING else "")))
-            if section_default is not MISSING and section_default is not None:
-                out.change(path, "auto", section_default, "HF203", "DeepSpeed's default; nothing fills \"auto\" here")
-    elif unfilled:
-        fills.append("not filled by the Trainer (accelerate refuses them): " + ", ".join(unfilled))
+    unfilled = [p for p in auto_paths(filled) if "[" not in p]  # accelerate walks dicts, not lists
+    for path in unfilled:
+        section_default = _default_for(path, ctx.schema)
+        out.add(HF203.finding(f"\"{path}\" is \"auto\" and nothing fills it: `{path}` not found in kwargs. "
+                              f"Please specify `{path}` without `auto`"
+                              + (f" (DeepSpeed's default: {show(section_default)})"
+                                 if section_default is not MISSING else "")))
+        if section_default is not MISSING and section_default is not None:
+            out.change(path, "auto", section_default, "HF203", "DeepSpeed's default; nothing fills \"auto\" here")
     _restore_placeholders(filled)
 
     if mismatches:
