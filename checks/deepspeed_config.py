@@ -123,6 +123,20 @@ DS114 = rule(
         '"loss_scale_window": 1000, "min_loss_scale": 1), lower initial_scale_power (12) if it still '
         "overflows, or switch to bf16 on compute capability 8.0+.",
     source="deepspeed/runtime/fp16/loss_scaler.py DynamicLossScaler")
+DS116 = rule(
+    "DS116", "warning", "warmup_min_lr above warmup_max_lr",
+    what="scheduler.params.warmup_min_lr is larger than warmup_max_lr.",
+    why="The warmup then lowers the learning rate instead of raising it; DeepSpeed does not check.",
+    fix="Swap them: warmup_min_lr is where warmup starts (often 0), warmup_max_lr the peak.",
+    source="deepspeed/runtime/lr_schedules.py WarmupLR")
+DS118 = rule(
+    "DS118", "error", "optimizer parameter the optimizer does not take",
+    what="optimizer.params has a key that the optimizer class DeepSpeed builds does not accept (a misspelling "
+         "such as weight_decy, or a parameter of another optimizer).",
+    why="DeepSpeed calls the class with **params: TypeError \"__init__() got an unexpected keyword argument\" at "
+        "initialize.",
+    fix="Use the parameter names the class takes (shown in the evidence).",
+    source="deepspeed/runtime/engine.py _configure_basic_optimizer, get_optimizer_configuration")
 DS117 = rule(
     "DS117", "warning", "optimizer block ignored: a client optimizer is passed",
     what="The config has an optimizer block, but your script passes its own optimizer to deepspeed.initialize.",
@@ -265,10 +279,10 @@ DS137 = rule(
     fix="Use the JSON type shown (numbers and booleans without quotes, sections as objects).",
     source="deepspeed/runtime/config_utils.py; deepspeed/runtime/config.py getters")
 DS138 = rule(
-    "DS138", "warning", "key repeated in one object",
+    "DS138", "error", "key repeated in one object",
     what="The same key appears twice in one JSON object.",
     why="DeepSpeed's loader refuses the file (dict_raise_error_on_duplicate_keys) when it reads the path "
-        "itself; json.load (the HF Trainer, most scripts) silently keeps the last value.",
+        "itself (error under --launch engine); json.load (the HF Trainer) silently keeps the last value (warning).",
     fix="Keep one.",
     source="deepspeed/runtime/config_utils.py dict_raise_error_on_duplicate_keys")
 DS140 = rule(
@@ -536,14 +550,29 @@ class CheckResult:
     provenance: dict[str, str] = field(default_factory=dict)
     changes: list[Change] = field(default_factory=list)
     batch: dict = field(default_factory=dict)
+    #: values --fix cannot choose (a micro batch, the run's total steps): (path, what to write there)
+    unfixed: list[tuple[str, str]] = field(default_factory=list)
+    #: the config as given, and after the Trainer's fills (``launch == "trainer"``; else the config as given)
+    original: dict = field(default_factory=dict)
+    filled: dict = field(default_factory=dict)
+    launch: str = "engine"
 
     def add(self, finding: Finding | None) -> None:
         if finding is not None:
             self.findings.append(finding)
 
     def change(self, path: str, old: Any, new: Any, rule_id: str, why: str) -> None:
+        """Record an edit for --fix (the first edit of a path wins). Under the Trainer a value that is "auto"
+        in the file is left alone: the Trainer fills it from TrainingArguments, which is where to change it."""
+        if self.original and is_auto(get_path(self.original, path)) and not is_auto(new) and \
+                self.launch == "trainer":
+            return
         if all(c.path != path for c in self.changes):
             self.changes.append(Change(path, old, new, rule_id, why))
+
+    def cannot_fix(self, path: str, what: str) -> None:
+        if all(p != path for p, _ in self.unfixed):
+            self.unfixed.append((path, what))
 
     def fixed_config(self, config: dict) -> dict:
         """A corrected copy of ``config`` with every change applied (the input is not modified)."""
@@ -626,7 +655,13 @@ def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     sections = schema["sections"]
 
     for key in sorted(set(ctx.duplicates)):
-        out.add(DS138.finding(f'"{key}" appears twice in one object; json.load keeps the last value'))
+        if ctx.launch == "engine":
+            out.add(DS138.finding(f'"{key}" appears twice in one object: DeepSpeed refuses the file when given its '
+                                  "path (ValueError: Duplicate keys in DeepSpeed config); json.load keeps the last "
+                                  "value", severity="error"))
+        else:
+            out.add(DS138.finding(f'"{key}" appears twice in one object; the Trainer\'s json.load keeps the last '
+                                  "value silently", severity="warning"))
 
     for key, value in config.items():
         if key in removed:
@@ -813,6 +848,17 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
             guess = _engine_value_for_auto(path, config)
             if guess is not MISSING:
                 out.change(path, "auto", guess, "DS101", "nothing fills \"auto\" outside the HF Trainer")
+            else:
+                out.cannot_fix(path, _AUTO_NEEDS.get(path, "the value your loop uses"))
+    precision = [p for p, _ in silent if p in ("fp16.enabled", "bf16.enabled")]
+    if precision:
+        gpu_bf16 = ctx.gpu is None or ctx.gpu.bf16
+        chosen = "bf16" if gpu_bf16 and not (ctx.model and ctx.model.dtype == "float16" and ctx.gpu is None) \
+            else "fp16"
+        why = (f"one 16-bit type: {chosen}" + (f" ({ctx.gpu.name})" if ctx.gpu else "") +
+               (f" ({ctx.model.name} weights are {ctx.model.dtype})" if ctx.model and ctx.model.dtype else ""))
+        for path in precision:
+            out.change(path, "auto", path.startswith(chosen), "DS136", why)
     for path, section in silent:
         name = path.split(".")[-1]
         index = _field_index(ctx.schema["sections"][section])
@@ -823,6 +869,16 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
             out.add(DS136.finding(f'"{path}" is "auto": DeepSpeed uses the default {show(default)}'))
         out.change(path, "auto", default, "DS136", f'what DeepSpeed makes of "auto" (the default); write the '
                                                    f"value you want")
+
+
+_AUTO_NEEDS = {
+    "train_micro_batch_size_per_gpu": "the micro batch per GPU of your loop",
+    "gradient_accumulation_steps": "the gradient accumulation steps of your loop",
+    "train_batch_size": "micro batch x gradient accumulation x world size (or drop the key)",
+    "optimizer.params.lr": "your learning rate", "scheduler.params.warmup_max_lr": "your peak learning rate",
+    "scheduler.params.warmup_num_steps": "your warmup steps",
+    "scheduler.params.total_num_steps": "the optimizer steps of the whole run",
+}
 
 
 def _engine_value_for_auto(path: str, config: dict) -> Any:
@@ -983,7 +1039,9 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     if gpu is not None:
         cc = f"{gpu.capability[0]}.{gpu.capability[1]}"
         if bf16 and not gpu.bf16:
-            out.add(DS111.finding(f"bf16 enabled on {gpu.name} (compute capability {cc} < 8.0)"))
+            out.add(DS111.finding(f"bf16 enabled on {gpu.name} (compute capability {cc} < 8.0)",
+                                  fix=DS111.fix if ctx.launch == "trainer" else
+                                  'Use "fp16": {"enabled": true} (dynamic loss scaling) and "bf16": {"enabled": false}.'))
             out.change("bf16.enabled", True, False, "DS111", f"{gpu.name} has no bf16")
             if not fp16:
                 out.change("fp16.enabled", get_path(config, "fp16.enabled"), True, "DS111",
@@ -1082,12 +1140,22 @@ def check_optimizer(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     offloading = offload_device(config, "offload_optimizer") in ("cpu", "nvme")
     if offloading and client and as_bool(config.get("zero_force_ds_cpu_optimizer", True)) is not False:
         who = "the HF Trainer's optimizer (no optimizer block)" if ctx.launch == "trainer" else "--client-optimizer"
+        fix = None
+        if ctx.launch == "engine" and has_block:
+            fix = ("Stop passing optimizer= to deepspeed.initialize (DeepSpeed then builds DeepSpeedCPUAdam from "
+                   "your optimizer block), pass a deepspeed.ops.adam.DeepSpeedCPUAdam instead, or set "
+                   '"zero_force_ds_cpu_optimizer": false (slow).')
+        elif ctx.launch == "engine":
+            fix = ("Pass a deepspeed.ops.adam.DeepSpeedCPUAdam as optimizer=, or drop optimizer= and add an "
+                   '"optimizer" block (DeepSpeed builds DeepSpeedCPUAdam), or set "zero_force_ds_cpu_optimizer": '
+                   "false (slow).")
         out.add(DS121.finding(f"offload_optimizer device {offload_device(config, 'offload_optimizer')} with "
-                              f"{who}: You are using ZeRO-Offload with a client provided optimizer"))
-        out.change("optimizer", MISSING, {"type": "AdamW", "params": {"lr": "auto" if ctx.launch == "trainer"
+                              f"{who}: You are using ZeRO-Offload with a client provided optimizer", fix=fix))
+        if not has_block:
+            out.change("optimizer", MISSING, {"type": "AdamW", "params": {"lr": "auto" if ctx.launch == "trainer"
                                                                       else 2e-5, "weight_decay": "auto"
                                                                       if ctx.launch == "trainer" else 0.0}},
-                   "DS121", "DeepSpeed then builds DeepSpeedCPUAdam for the offloaded optimizer")
+                       "DS121", "DeepSpeed then builds DeepSpeedCPUAdam for the offloaded optimizer")
     if has_block and not (ctx.launch == "engine" and ctx.client_optimizer):
         name = optimizer.get("type")
         if not isinstance(name, str):
@@ -1124,7 +1192,60 @@ def check_optimizer(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             if lr is not None and not is_auto(lr) and not is_number(lr):
                 out.add(DS137.finding(f'"optimizer.params.lr" must be a number, got {show(lr)}'))
             _check_lr(lr, "optimizer.params.lr", out)
+            if isinstance(name, str):
+                _check_optimizer_params(name, params, config, ctx, out)
+            scheduler = config.get("scheduler")
+            peak = get_path(config, "scheduler.params.warmup_max_lr") if isinstance(scheduler, dict) else MISSING
+            if "lr" not in params and (peak is MISSING or peak is None) and isinstance(name, str) and \
+                    name.lower() in ("adam", "adamw", "lion", "lamb", "adagrad"):
+                out.add(DS128.finding(f'optimizer {name} without "lr": DeepSpeed builds it with the class '
+                                      "default 1e-3 (FusedAdam) and no scheduler sets it",
+                                      fix='Write "lr" in optimizer.params (1e-5 to 5e-5 for full fine-tuning).'))
     check_scheduler(config, ctx, out)
+
+
+def optimizer_class(name: str, config: dict) -> str | None:
+    """The class DeepSpeed builds for ``optimizer.type`` ``name`` (engine.py ``_configure_basic_optimizer``):
+    ``FusedAdam``, ``DeepSpeedCPUAdam`` with offload, ``torch.optim.AdamW`` with ``torch_adam``, ...; None when
+    it cannot be told (MuAdam, Muon)."""
+    low = name.lower()
+    offload = offload_device(config, "offload_optimizer") in ("cpu", "nvme")
+    torch_adam = bool(as_bool(get_path(config, "optimizer.params.torch_adam", False)))
+    if low in ("adam", "adamw"):
+        if torch_adam:
+            return "torch.optim.AdamW" if low == "adamw" else "torch.optim.Adam"
+        return "DeepSpeedCPUAdam" if offload else "FusedAdam"
+    if low == "lion":
+        return "DeepSpeedCPULion" if offload else "FusedLion"
+    if low == "adagrad":
+        return "DeepSpeedCPUAdagrad" if offload else "torch.optim.Adagrad"
+    if low == "lamb":
+        return "FusedLamb"
+    if low in ("muadam", "muadamw", "musgd", "muon"):
+        return None
+    return f"torch.optim.{name}"
+
+
+def _check_optimizer_params(name: str, params: dict, config: dict, ctx: CheckContext, out: CheckResult) -> None:
+    """DS118: keys of optimizer.params the built class does not take."""
+    cls = optimizer_class(name, config)
+    accepted = ctx.schema["optimizers"].get("classes", {}).get(cls) if cls else None
+    if accepted is None:
+        return
+    engine_keys = ctx.schema["optimizers"].get("engine_params", []) if name.lower() in ("adam", "adamw") else []
+    for key in params:
+        if key in accepted or key in engine_keys or key == "max_grad_norm" and cls != "FusedLamb":
+            continue
+        guess = suggest(key, accepted + engine_keys)
+        out.add(DS118.finding(f'"optimizer.params.{key}": {cls} does not take it'
+                              + (f'; did you mean "{guess}"?' if guess else "")
+                              + f" ({cls} takes {', '.join(accepted)})",
+                              fix=f'Rename it to "{guess}".' if guess else DS118.fix))
+        if guess and guess not in params:
+            out.change(f"optimizer.params.{key}", params[key], MISSING, "DS118", f'misspelled; moves to "{guess}"')
+            out.change(f"optimizer.params.{guess}", MISSING, params[key], "DS118", f'the value of "{key}"')
+        else:
+            out.change(f"optimizer.params.{key}", params[key], MISSING, "DS118", f"{cls} does not take it")
 
 
 def _check_lr(lr: Any, where: str, out: CheckResult) -> None:
@@ -1169,6 +1290,10 @@ def check_scheduler(config: dict, ctx: CheckContext, out: CheckResult) -> None:
         if ctx.launch == "trainer" and missing == ["total_num_steps"]:
             out.change("scheduler.params.total_num_steps", MISSING, "auto", "DS125",
                        "the Trainer fills it with the run's optimizer steps")
+        else:
+            for param in missing:
+                out.cannot_fix(f"scheduler.params.{param}", _AUTO_NEEDS.get(f"scheduler.params.{param}",
+                                                                            "the value of your run"))
     unknown = [p for p in params if p not in spec["params"]]
     if unknown:
         out.add(DS126.finding(f'{name} does not take {", ".join(unknown)}; it takes '
@@ -1186,6 +1311,11 @@ def check_scheduler(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             if is_number(total) and warmup >= total:
                 out.add(DS127.finding(f"warmup_num_steps {warmup} >= total_num_steps {show(total)}: the learning "
                                       "rate never decays", severity="warning"))
+    low, high = params.get("warmup_min_lr"), params.get("warmup_max_lr")
+    if is_number(low) and is_number(high) and low > high:
+        out.add(DS116.finding(f"warmup_min_lr {show(low)} > warmup_max_lr {show(high)}"))
+        out.change("scheduler.params.warmup_min_lr", low, high, "DS116", "swapped with warmup_max_lr")
+        out.change("scheduler.params.warmup_max_lr", high, low, "DS116", "swapped with warmup_min_lr")
     _check_lr(params.get("warmup_max_lr"), "scheduler.params.warmup_max_lr", out)
 
 
@@ -1236,8 +1366,9 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
         overlap = zero.get("overlap_comm")
         # default: None, then true for stage 3 only (deepspeed/runtime/zero/config.py overlap_comm_valid)
         overlap = as_bool(overlap) if overlap is not None and not is_auto(overlap) else False
-        sizes = []
+        sizes, given = [], []
         for key in ("reduce_bucket_size", "allgather_bucket_size"):
+            given.append(key in zero)
             value = zero.get(key, 5e8)
             if is_auto(value):
                 value = (ctx.model.hidden_size ** 2) if ctx.model and ctx.model.hidden_size else None
@@ -1246,18 +1377,26 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             bucket_bytes = int(4.5 * (sizes[0] + sizes[1]) * 2)
             gib = bucket_bytes / 2 ** 30
             budget = ctx.gpu.memory_bytes if ctx.gpu is not None and ctx.gpu.memory_bytes else None
-            evidence = (f"overlap_comm with reduce_bucket_size {show(sizes[0])} + allgather_bucket_size "
-                        f"{show(sizes[1])}: about {gib:.1f} GiB per GPU (4.5 x sum x 2 bytes)")
+            evidence = (f"overlap_comm with reduce_bucket_size {sizes[0]:,.0f}{'' if given[0] else ' (default)'} + "
+                        f"allgather_bucket_size {sizes[1]:,.0f}{'' if given[1] else ' (default)'} elements: about "
+                        f"{gib:.1f} GiB per GPU (4.5 x sum x 2 bytes)")
+            target = int(min(2e8, (ctx.model.hidden_size ** 2) if ctx.model and ctx.model.hidden_size else 2e8))
+            fix = (f"Lower reduce_bucket_size and allgather_bucket_size to {target:,}"
+                   + (f" (hidden_size^2 of {ctx.model.name}, what the HF Trainer's \"auto\" uses)"
+                      if ctx.model and ctx.model.hidden_size and target < 2e8 else "")
+                   + ', or set "overlap_comm": false.')
+            if max(sizes) <= target:
+                fix = 'Set "overlap_comm": false, or use a GPU with more memory.'
             if budget and bucket_bytes > 0.1 * budget:
                 out.add(DS144.finding(f"{evidence}, {100 * bucket_bytes / budget:.0f}% of {ctx.gpu.name}'s "
-                                      f"{budget / 2 ** 30:.0f} GiB"))
-                target = int(min(2e8, (ctx.model.hidden_size ** 2) if ctx.model and ctx.model.hidden_size else 2e8))
+                                      f"{budget / 2 ** 30:.0f} GiB", fix=fix))
                 for key, value in zip(("reduce_bucket_size", "allgather_bucket_size"), sizes):
                     if value > target:
                         out.change(f"zero_optimization.{key}", zero.get(key, MISSING), target, "DS144",
-                                   f"{target:.0e} elements: smaller communication buffers")
+                                   f"{target:,} elements: smaller communication buffers")
             elif budget is None and gib >= 4:
-                out.add(DS144.finding(f"{evidence} (give --gpu to compare with its memory)", severity="info"))
+                out.add(DS144.finding(f"{evidence} (give --gpu to compare with its memory)", severity="info",
+                                      fix=fix))
 
 
 # ---------------------------------------------------------------------------------------------- effective
@@ -1312,7 +1451,7 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
     """
     if ctx.schema is None:
         ctx.schema, ctx.schema_note = load_schema()
-    out = CheckResult()
+    out = CheckResult(original=config, launch=ctx.launch)
     origin: dict[str, str] = {}
     working = config
     check_keys(config, ctx, out)
@@ -1337,8 +1476,17 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
         elif value is MISSING:
             out.provenance[key] = "default"
         elif is_auto(value):
-            out.provenance[key] = "auto (unfilled)" if ctx.launch == "trainer" else "auto: DeepSpeed's default"
+            section = _section_of(key, ctx.schema)
+            if ctx.launch == "trainer":
+                out.provenance[key] = "auto (unfilled)"
+            elif section and ctx.schema["sections"][section].get("strict"):
+                out.provenance[key] = "auto: DeepSpeed's default"
+            else:
+                out.provenance[key] = 'auto: DeepSpeed receives the string "auto" (TypeError)'
         else:
             out.provenance[key] = "user"
+    out.filled = working
     out.effective = effective_config(working, ctx, out)
+    for c in out.changes:  # "now" is what the file says, not a filled value
+        c.old = get_path(config, c.path)
     return out

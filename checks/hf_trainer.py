@@ -43,8 +43,16 @@ HF204 = rule(
     what="The ds_config has a scheduler block, so the Trainer's lr_scheduler_type and warmup are not used.",
     why="With a scheduler block the Trainer hands DeepSpeed a DummyScheduler and DeepSpeed builds its own "
         "(WarmupLR keeps the rate constant after warmup): lr_scheduler_type=cosine silently does nothing.",
-    fix="Remove the scheduler block to get the Trainer's lr_scheduler_type, or set its parameters to \"auto\".",
+    fix="Remove the scheduler block to get the Trainer's lr_scheduler_type and warmup; keep it only if you want "
+        "DeepSpeed's schedule.",
     source=f"{_HF} deepspeed_optim_sched")
+HF208 = rule(
+    "HF208", "warning", "misspelled TrainingArguments field",
+    what="--hf-args has a key that is not a TrainingArguments field but is close to one.",
+    why="LLaMA-Factory refuses unknown keys; a plain script's own parser may drop it: the value you meant "
+        "(a learning rate, a batch size) silently stays at its default.",
+    fix="Spell it as TrainingArguments does (the suggestion shown).",
+    source="transformers/training_args.py TrainingArguments fields")
 HF205 = rule(
     "HF205", "error", "TrainingArguments field that this transformers no longer has",
     what="--hf-args has a field that the installed transformers removed (warmup_ratio in 5.x).",
@@ -98,6 +106,18 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
         if key in hf_args and major >= 5:
             out.add(HF205.finding(f"{key}: {hf_args[key]!r} with transformers {version}: TrainingArguments.__init__() "
                                   f"got an unexpected keyword argument '{key}'", fix=f"Use {replacement}."))
+    fields = (ctx.schema.get("training_arguments") or {}).get("fields", [])
+    if fields:
+        import difflib
+
+        for key in hf_args:
+            if key in fields or key in REMOVED_IN_5:
+                continue
+            close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
+            if close:
+                out.add(HF208.finding(f'"{key}" is not a TrainingArguments field; did you mean "{close[0]}"? '
+                                      f"({close[0]} stays {defaults.get(close[0], 'at its default')!r})",
+                                      fix=f"Rename it to {close[0]}."))
     if args.get("warmup_ratio") is not None and "warmup_steps" not in hf_args:
         args["warmup_steps"] = args["warmup_ratio"]
     for key, kind in NUMERIC.items():
@@ -269,9 +289,10 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
     scheduler = config.get("scheduler")
     if isinstance(scheduler, dict) and scheduler.get("type") is not None:
         chosen = args.get("lr_scheduler_type", "linear")
+        explicit = known and "lr_scheduler_type" in (ctx.hf_args or {})
         out.add(HF204.finding(f"scheduler {show(scheduler.get('type'))} in the ds_config; TrainingArguments "
-                              f"lr_scheduler_type={chosen!r}" + ("" if known and "lr_scheduler_type" in (
-                                  ctx.hf_args or {}) else " (the default)") + " is not used"))
+                              f"lr_scheduler_type={chosen!r}" + ("" if explicit else " (the default)")
+                              + " is not used", severity="warning" if explicit else "info"))
     return filled, origin
 
 

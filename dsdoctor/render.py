@@ -28,9 +28,12 @@ def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:
     for key, value in result.items():
         if isinstance(value, (str, int, float, bool)) or value is None:
             rows.append((key, _cell(key, value)))
-        elif isinstance(value, list) and len(value) <= 8 and all(
+        elif isinstance(value, list) and 0 < len(value) <= 8 and all(
                 isinstance(v, (str, int, float, bool)) or v is None for v in value):
             rows.append((key, ", ".join(_cell(key, v) for v in value)))
+        elif isinstance(value, dict) and 0 < len(value) <= 4 and all(
+                isinstance(v, (str, int, float, bool)) or v is None for v in value.values()):
+            rows.append((key, ", ".join(f"{k} {_cell(k, v)}" for k, v in value.items())))
     return rows
 
 

@@ -369,10 +369,16 @@ def test_hjson_is_accepted(runner, tmp_path):
 
 
 def test_duplicate_key_is_reported(runner, tmp_path):
+    """DeepSpeed given the path refuses repeated keys (engine: error); the Trainer's json.load keeps the last."""
     path = write(tmp_path, '{"train_micro_batch_size_per_gpu": 1, "train_micro_batch_size_per_gpu": 2, '
-                           '"optimizer": {"type": "AdamW"}}')
+                           '"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}')
     data = json.loads(runner.invoke(cli, ["check", path, "--json", "-"]).stdout)
-    assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["DS138"]
+    assert [(f["id"], f["severity"]) for f in data["findings"] if f["severity"] != "info"] == [("DS138", "error")]
+    data = json.loads(runner.invoke(cli, ["check", path, "--launch", "trainer", "--json", "-"]).stdout)
+    assert [(f["id"], f["severity"]) for f in data["findings"] if f["severity"] in ("warning", "error")] == [
+        ("DS138", "warning")]
+    deep = json.loads(runner.invoke(cli, ["check", path, "--deep", "--json", "-"]).stdout)
+    assert "Duplicate keys" in [f for f in deep["findings"] if f["id"] == "DS199"][0]["evidence"]
 
 
 def test_deep_mode_asks_deepspeed(runner, tmp_path):

@@ -95,8 +95,11 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         "effective": result.effective, "changes": [c.to_dict() for c in result.changes]})
     for finding in result.findings:
         report.add(finding)
+    if result.unfixed:
+        report.result["unfixed"] = [{"path": p, "needs": what} for p, what in result.unfixed]
     if deep:
-        for finding in deep_check(config, ws, launch):
+        for finding in deep_check(result.filled if launch == "trainer" else config, ws, launch,
+                                  config_path if launch == "engine" else None):
             report.add(finding)
     if fix is not None:
         fixed = result.fixed_config(config)
@@ -104,6 +107,9 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         report.result["fixed_config"] = str(fix)
     report.tables.append(("effective values (after DeepSpeed's derivation and defaults)",
                           ["key", "value", "came from"], effective_rows(result)))
+    if result.unfixed:
+        report.tables.append(("--fix cannot choose these: write them yourself", ["path", "needs"],
+                              [[p, what] for p, what in result.unfixed]))
     if result.changes:
         report.tables.append((f"--fix: changes{' written to ' + fix if fix else ' (give --fix OUT.json to write them)'}",
                               ["path", "now", "becomes", "rule", "why"],
@@ -135,15 +141,16 @@ def effective_rows(result) -> list[list[str]]:
     return rows
 
 
-def deep_check(config: dict, world_size: int, launch: str) -> list[Finding]:
-    """Build DeepSpeed's own ``DeepSpeedConfig`` from ``config`` (world size forced to ``world_size``) and report
-    what it raises as DS199. Imports DeepSpeed (seconds). Not run under ``--launch trainer`` for configs with
-    "auto" (the Trainer fills them first)."""
+def deep_check(config: dict, world_size: int, launch: str, path: str | None = None) -> list[Finding]:
+    """Build DeepSpeed's own ``DeepSpeedConfig`` (world size forced to ``world_size``) and report what it raises
+    as DS199. Imports DeepSpeed (seconds). ``path``: give DeepSpeed the file itself, as ``--deepspeed_config``
+    does (its loader also refuses repeated keys); else the dict ``config`` (under the Trainer: after the fills).
+    Skipped when "auto" values are left (the Trainer fills them at train time)."""
     from dsdoctor.checks.deepspeed_config import DS199, auto_paths
 
-    if launch == "trainer" and any(True for _ in auto_paths(config)):
-        return [DS199.finding('--deep skipped: the config has "auto" values the Trainer fills first',
-                              severity="info")]
+    if any(True for _ in auto_paths(config)) and launch == "trainer":
+        return [DS199.finding('--deep skipped: "auto" values are left that the Trainer fills only at train time '
+                              "(give --hf-args and --model to fill them here)", severity="info", fix="")]
     try:
         import logging
 
@@ -158,13 +165,13 @@ def deep_check(config: dict, world_size: int, launch: str) -> list[Finding]:
     try:
         with mock.patch.object(ds_config_module.dist, "get_world_size", return_value=world_size), \
                 mock.patch.object(ds_config_module.dist, "get_rank", return_value=0):
-            ds_config_module.DeepSpeedConfig(copy.deepcopy(config))
+            ds_config_module.DeepSpeedConfig(path if path is not None else copy.deepcopy(config))
     except Exception as exc:
         text = " ".join(str(exc).split())
         return [DS199.finding(f"DeepSpeedConfig raised {type(exc).__name__}: {text[:600]}")]
     return [DS199.finding("DeepSpeedConfig accepted the config (world size "
                           f"{world_size}); optimizer and scheduler are built later, at initialize",
-                          severity="ok")]
+                          severity="ok", fix="")]
 
 
 @click.command("check")

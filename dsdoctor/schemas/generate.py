@@ -251,6 +251,19 @@ def generate() -> dict:
         schedulers[name] = {"params": {p.name: jsonable(None if p.default is inspect.Parameter.empty else p.default)
                                        for p in params},
                             "required": [p.name for p in params if p.default is inspect.Parameter.empty]}
+    # the keyword arguments of each class an optimizer name can build (engine.py _configure_basic_optimizer)
+    from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+    from deepspeed.ops.adam import DeepSpeedCPUAdam, FusedAdam
+    from deepspeed.ops.lamb import FusedLamb
+    from deepspeed.ops.lion import DeepSpeedCPULion, FusedLion
+
+    def kwargs_of(cls) -> list[str]:
+        return [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
+                if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+    optimizer_classes = {cls.__name__: kwargs_of(cls) for cls in (FusedAdam, DeepSpeedCPUAdam, FusedLion,
+                                                                   DeepSpeedCPULion, FusedLamb, DeepSpeedCPUAdagrad)}
+    optimizer_classes.update({f"torch.optim.{n}": kwargs_of(getattr(torch.optim, n)) for n in torch_optimizers})
     torch_schedulers = sorted(n for n in dir(torch.optim.lr_scheduler)
                               if inspect.isclass(getattr(torch.optim.lr_scheduler, n)) and n[0].isupper())
 
@@ -267,7 +280,7 @@ def generate() -> dict:
                      "gradient_checkpointing", "warmup_ratio"):
             if name in fields:
                 hf[name] = jsonable(fields[name].default)
-        hf = {"transformers_version": transformers.__version__, "defaults": hf}
+        hf = {"transformers_version": transformers.__version__, "defaults": hf, "fields": sorted(fields)}
     except ImportError:
         pass
 
@@ -281,7 +294,9 @@ def generate() -> dict:
         "removed_zero": dict(getattr(ds_config_module, "_REMOVED_ZERO_CONFIG_KEYS", {})),
         "sections": sections,
         "optimizers": {"deepspeed": list(DEEPSPEED_OPTIMIZERS), "torch": torch_optimizers,
-                       "zero_tested": zero_tested},
+                       "zero_tested": zero_tested, "classes": optimizer_classes,
+                       # popped by engine.py before the class is built (get_optimizer_configuration)
+                       "engine_params": ["torch_adam", "adam_w_mode", "fp32_optimizer_states", "foreach"]},
         "schedulers": schedulers,
         "torch_schedulers": torch_schedulers,
         "training_arguments": hf,
