@@ -1043,6 +1043,9 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                   fix=DS111.fix if ctx.launch == "trainer" else
                                   'Use "fp16": {"enabled": true} (dynamic loss scaling) and "bf16": {"enabled": false}.'))
             out.change("bf16.enabled", True, False, "DS111", f"{gpu.name} has no bf16")
+            if ctx.launch == "trainer" and is_auto(get_path(out.original, "bf16.enabled")):
+                out.cannot_fix("TrainingArguments bf16 / fp16", 'bf16=False, fp16=True (the config\'s "auto" '
+                                                               "follows them)")
             if not fp16:
                 out.change("fp16.enabled", get_path(config, "fp16.enabled"), True, "DS111",
                            f"fp16 is the 16-bit type {gpu.name} has")
@@ -1052,6 +1055,9 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     if model is not None and model.dtype:
         if fp16 and model.dtype == "bfloat16" and not bf16:
             out.add(DS113.finding(f"fp16 enabled; {model.name} weights are bfloat16 ({model.source})"))
+            if ctx.launch == "trainer" and is_auto(get_path(out.original, "fp16.enabled")):
+                out.cannot_fix("TrainingArguments fp16 / bf16", 'fp16=False, bf16=True (the config\'s "auto" '
+                                                               "follows them)")
             if gpu is None or gpu.bf16:
                 out.change("fp16.enabled", True, False, "DS113", f"{model.name} is a bf16 model")
                 out.change("bf16.enabled", get_path(config, "bf16.enabled"), True, "DS113",
