@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import dsdoctor.schemas
 from dsdoctor.report import Finding
-from dsdoctor.rules import rule
+from dsdoctor.rules import Rule, rule
 
 #: where the generated key schemas are installed (an empty package; package-data ``*.json``)
 SCHEMA_DIR = Path(dsdoctor.schemas.__file__).resolve().parent
@@ -408,12 +408,14 @@ def auto_paths(config: Any, prefix: str = "") -> Iterator[str]:
     elif isinstance(config, list):
         for i, value in enumerate(config):
             yield from auto_paths(value, f"{prefix}[{i}]")
-    elif isinstance(config, str) and config.strip().lower() == "auto":
+    elif config == "auto":
         yield prefix
 
 
 def is_auto(value: Any) -> bool:
-    return isinstance(value, str) and value.strip().lower() == "auto"
+    """Exactly the string "auto", as transformers (``config.get(key) == "auto"``) and DeepSpeedConfigModel
+    (``v != "auto"``) compare: "AUTO" or " auto" is just a string to both."""
+    return isinstance(value, str) and value == "auto"
 
 
 def get_path(config: Any, path: str, default: Any = MISSING) -> Any:
@@ -493,7 +495,10 @@ def positive_int(value: Any) -> int | None:
 
 
 def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(float(value))
+    """An int or a finite float, not a bool (ints are exact: no float conversion, which overflows)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -556,6 +561,8 @@ class CheckResult:
     original: dict = field(default_factory=dict)
     filled: dict = field(default_factory=dict)
     launch: str = "engine"
+    _changed: set = field(default_factory=set, repr=False)
+    _unfixable: set = field(default_factory=set, repr=False)
 
     def add(self, finding: Finding | None) -> None:
         if finding is not None:
@@ -567,11 +574,14 @@ class CheckResult:
         if self.original and is_auto(get_path(self.original, path)) and not is_auto(new) and \
                 self.launch == "trainer":
             return
-        if all(c.path != path for c in self.changes):
+        key = (path, new is MISSING)  # a delete and a set of one path can both stand (a dotted key, nested)
+        if key not in self._changed:
+            self._changed.add(key)
             self.changes.append(Change(path, old, new, rule_id, why))
 
     def cannot_fix(self, path: str, what: str) -> None:
-        if all(p != path for p, _ in self.unfixed):
+        if path not in self._unfixable:
+            self._unfixable.add(path)
             self.unfixed.append((path, what))
 
     def fixed_config(self, config: dict) -> dict:
@@ -579,7 +589,10 @@ class CheckResult:
         fixed = copy.deepcopy(config)
         for c in self.changes:
             if c.new is MISSING:
-                delete_path(fixed, c.path)
+                if c.path in fixed:  # a top-level key, even one with dots in its name
+                    del fixed[c.path]
+                else:
+                    delete_path(fixed, c.path)
             else:
                 set_path(fixed, c.path, copy.deepcopy(c.new))
         return fixed
@@ -663,12 +676,25 @@ def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             out.add(DS138.finding(f'"{key}" appears twice in one object; the Trainer\'s json.load keeps the last '
                                   "value silently", severity="warning"))
 
+    unknown_shown = 0
     for key, value in config.items():
+        if key not in top and key not in removed and unknown_shown >= MAX_UNKNOWN_SHOWN:
+            unknown_shown += 1
+            out.change(key, value, MISSING, "DS130", "DeepSpeed ignores it")
+            continue
         if key in removed:
             out.add(DS135.finding(f'"{key}": {removed[key]}'))
             out.change(key, value, MISSING, "DS135", f'"{key}" is a removed feature DeepSpeed refuses')
             continue
+        if key not in top and "." in key and key.split(".")[0] in top:
+            out.add(DS130.finding(f'"{key}" is not a DeepSpeed key and is ignored: DeepSpeed does not read dotted '
+                                  "paths", fix=f"Nest it: {_nested_text(key, value)}."))
+            out.change(key, value, MISSING, "DS130", "a dotted path DeepSpeed does not read")
+            if get_path(config, key) is MISSING:
+                out.change(key, MISSING, value, "DS130", f'nested under "{key.split(".")[0]}"')
+            continue
         if key not in top:
+            unknown_shown += 1
             guess = suggest(key, [k for k in top if k not in removed])
             hint = f'; did you mean "{guess}"?' if guess else ""
             out.add(DS130.finding(f'"{key}" is not a DeepSpeed key and is ignored{hint}',
@@ -730,6 +756,24 @@ def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                   severity="error" if crashes else "warning"))
             if flag is not None:
                 out.change(key, value, flag, "DS137", "a boolean, not a string")
+    _report_more_unknown("at the top level", unknown_shown, DS130, out)
+
+
+#: unknown keys reported one by one per object; the rest are counted in one finding (a generated file with
+#: 20,000 stray keys must not give 20,000 rows)
+MAX_UNKNOWN_SHOWN = 20
+
+
+def _report_more_unknown(where: str, count: int, rule_: Rule, out: CheckResult) -> None:
+    if count > MAX_UNKNOWN_SHOWN:
+        out.add(rule_.finding(f"... and {count - MAX_UNKNOWN_SHOWN:,} more unknown keys {where}"))
+
+
+def _nested_text(dotted: str, value: Any) -> str:
+    text = show(value)
+    for part in reversed(dotted.split(".")):
+        text = f'{{"{part}": {text}}}'
+    return text
 
 
 def _check_section(path: str, body: dict, ctx: CheckContext, out: CheckResult) -> None:
@@ -741,8 +785,14 @@ def _check_section(path: str, body: dict, ctx: CheckContext, out: CheckResult) -
     index = _field_index(section)
     strict = section.get("strict", False)
     removed_zero = schema.get("removed_zero", {}) if path == "zero_optimization" else {}
+    unknown = 0
     for key, value in body.items():
         where = f"{path}.{key}"
+        if key not in index and key not in removed_zero:
+            unknown += 1
+            if unknown > MAX_UNKNOWN_SHOWN:
+                out.change(where, value, MISSING, (DS131 if strict else DS132).id, "not a field DeepSpeed knows")
+                continue
         if key in removed_zero:
             out.add(DS135.finding(f'"{where}": {removed_zero[key]}'))
             out.change(where, value, MISSING, "DS135", "a removed feature DeepSpeed refuses")
@@ -788,6 +838,7 @@ def _check_section(path: str, body: dict, ctx: CheckContext, out: CheckResult) -
         sub = f"{path}.{name}"
         if sub in schema["sections"] and isinstance(value, dict):
             _check_section(sub, value, ctx, out)
+    _report_more_unknown(f'in "{path}"', unknown, DS131 if strict else DS132, out)
 
 
 def _deprecated_fix(key: str, value: Any, new: str) -> str:
@@ -1197,6 +1248,9 @@ def check_optimizer(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             lr = params.get("lr")
             if lr is not None and not is_auto(lr) and not is_number(lr):
                 out.add(DS137.finding(f'"optimizer.params.lr" must be a number, got {show(lr)}'))
+            elif is_number(lr) and lr < 0:
+                out.add(DS137.finding(f'"optimizer.params.lr" is {show(lr)}: Invalid learning rate (torch.optim '
+                                      "refuses a negative one)"))
             _check_lr(lr, "optimizer.params.lr", out)
             if isinstance(name, str):
                 _check_optimizer_params(name, params, config, ctx, out)

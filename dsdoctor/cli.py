@@ -30,7 +30,7 @@ def _emit(report: Report, fmt: str, json_path: str | None) -> None:
             try:
                 Path(json_path).write_text(text + "\n", encoding="utf-8")
             except OSError as exc:
-                raise DsdoctorError(f"cannot write --json {json_path}: {exc.strerror}") from None
+                raise DsdoctorError(f"cannot write --json {json_path}: {exc.strerror or exc}") from None
     if json_path == "-":
         return  # stdout carries the JSON alone, so it can be piped
     if fmt == "json":
@@ -52,6 +52,9 @@ def report_command(func: Callable[..., Report]) -> Callable[..., None]:
                   show_default=True, help="Exit 1 when a finding is at or above this severity.")
     @functools.wraps(func)
     def wrapper(*args, json_path: str | None, fmt: str, fail_on: str, **kwargs) -> None:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:  # a command can refuse a --json path that is one of its inputs
+            ctx.meta["dsdoctor.json_path"] = json_path
         try:
             if json_path not in (None, "-"):  # found before a long run, not after it
                 parent = Path(json_path).expanduser().resolve().parent

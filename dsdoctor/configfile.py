@@ -66,6 +66,8 @@ def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
     try:
         config = json.loads(text, object_pairs_hook=_pairs_recording_duplicates(duplicates),
                             parse_constant=no_constants)
+    except RecursionError:
+        raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
     except ValueError as exc:
         json_error = exc
         try:
@@ -74,6 +76,8 @@ def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
             duplicates.clear()
             config = hjson.loads(text, object_pairs_hook=_pairs_recording_duplicates(duplicates))
             config = json.loads(json.dumps(config, allow_nan=False))
+        except RecursionError:
+            raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
         except Exception:
             if isinstance(json_error, json.JSONDecodeError):
                 where = f"{json_error.msg} at line {json_error.lineno} column {json_error.colno}"
@@ -82,6 +86,7 @@ def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
             raise DsdoctorError(f"{option} {path}: not valid JSON (nor HJSON): {where}") from None
     if not isinstance(config, dict):
         raise DsdoctorError(f"{option} {path}: the top level must be a JSON object, not {_json_type(config)}")
+    validate_values(config, option, path)
     return config, duplicates
 
 
@@ -99,11 +104,17 @@ def read_hf_args(path: str, option: str = "--hf-args") -> dict:
     text = _read_text(path, option)
     try:
         values = json.loads(text)
+    except RecursionError:
+        raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
     except ValueError:
         try:
             import yaml
 
             values = yaml.safe_load(text)
+        except RecursionError:
+            raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
+        except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+            raise DsdoctorError(f"{option} {path}: cannot read a value: {' '.join(str(exc).split())[:200]}") from None
         except Exception as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -111,7 +122,57 @@ def read_hf_args(path: str, option: str = "--hf-args") -> dict:
     if not isinstance(values, dict):
         raise DsdoctorError(f"{option} {path}: expected a mapping of TrainingArguments names to values, "
                             f"not {_json_type(values)}")
+    validate_values(values, option, path)
     return {str(k): v for k, v in values.items()}
+
+
+#: deeper than any real config; Python's parsers and copy.deepcopy hit the recursion limit near 1000
+MAX_DEPTH = 64
+#: DeepSpeed and torch read integers as 64-bit; anything larger is a typo or an attack on the parser
+MAX_INT = 2 ** 63
+
+
+def validate_values(value: Any, option: str, path: str) -> None:
+    """Refuse what no real config holds and what would crash the checks: nesting deeper than
+    :data:`MAX_DEPTH`, integers beyond 2^63, NaN or infinite floats (YAML ``.inf``, JSON ``1e999``), and strings
+    that are not valid Unicode (lone surrogates from ``\\ud800`` escapes).
+
+    Raises:
+        DsdoctorError: one line naming the option, the file and the dotted place of the value.
+    """
+    import math
+
+    stack = [(value, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            shown = where if len(where) <= 60 else where[:60] + "..."
+            raise DsdoctorError(f"{option} {path}: nested more than {MAX_DEPTH} levels deep at {shown}")
+        if isinstance(node, dict):
+            for key, child in node.items():
+                _valid_text(str(key), option, path, where)
+                stack.append((child, f"{where}.{key}" if where else str(key), depth + 1))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
+        elif isinstance(node, bool) or node is None:
+            continue
+        elif isinstance(node, int):
+            if abs(node) >= MAX_INT:
+                raise DsdoctorError(f"{option} {path}: the integer at {where or 'the top'} has "
+                                    f"{len(str(abs(node)))} digits (larger than 2^63)")
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise DsdoctorError(f"{option} {path}: {node} at {where or 'the top'} is not a finite number")
+        elif isinstance(node, str):
+            _valid_text(node, option, path, where)
+
+
+def _valid_text(text: str, option: str, path: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise DsdoctorError(f"{option} {path}: a string at {where or 'the top'} is not valid Unicode "
+                            "(a lone surrogate escape such as \\ud800)") from None
 
 
 def _json_type(value: Any) -> str:

@@ -62,10 +62,15 @@ def model_info(spec: str) -> ModelInfo:
             raise DsdoctorError(f"--model {spec}: no config.json in {path}")
         try:
             config = json.loads(config_path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise DsdoctorError(f"--model {spec}: {config_path} is not valid JSON") from None
+        except OSError as exc:
+            raise DsdoctorError(f"--model {spec}: cannot read {config_path} ({exc.strerror})") from None
         if not isinstance(config, dict):
             raise DsdoctorError(f"--model {spec}: {config_path} is not a JSON object")
+        from dsdoctor.configfile import validate_values
+
+        validate_values(config, "--model", str(config_path))
         text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
         dtype = config.get("torch_dtype") or config.get("dtype") or text.get("torch_dtype") or text.get("dtype")
         hidden = config.get("hidden_size") or text.get("hidden_size")

@@ -332,7 +332,7 @@ def test_fix_writes_a_corrected_copy_and_never_the_input(runner, tmp_path):
 def test_fix_refuses_to_overwrite_the_config(runner, tmp_path):
     path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1})
     result = runner.invoke(cli, ["check", path, "--fix", path])
-    assert result.exit_code == 2 and "never edits it in place" in result.stderr
+    assert result.exit_code == 2 and "never overwrites its inputs" in result.stderr
 
 
 @pytest.mark.parametrize("content, message", [
@@ -454,3 +454,92 @@ def test_any_file_content_parses_or_is_one_clear_error(tmp_path_factory, content
     else:
         assert isinstance(config, dict)
         check_config(config, CheckContext())
+
+
+# ------------------------------------------------------------------------------------------------ hostile input
+def _nested(depth: int) -> str:
+    return '{"train_micro_batch_size_per_gpu": 2, "a": ' + "[" * depth + "1" + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+    (_nested(500), "nested more than 64 levels"),
+    ('{"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1' + "0" * 400 + "}", "401 digits"),
+    ('{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e999}}}',
+     "not a finite number"),
+    ('{"train_micro_batch_size_per_gpu": 2, "\\ud800": 1}', "not valid Unicode"),
+])
+def test_hostile_configs_are_one_line_exit_2(runner, tmp_path, content, message):
+    result = runner.invoke(cli, ["check", write(tmp_path, content)])
+    assert result.exit_code == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("yaml_text, message", [
+    ("warmup_steps: .inf\nmax_steps: 100\n", "not a finite number"),
+    ("per_device_train_batch_size: .nan\n", "not a finite number"),
+])
+def test_hostile_hf_args(runner, tmp_path, yaml_text, message):
+    (tmp_path / "a.yaml").write_text(yaml_text)
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto"})
+    result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--hf-args", str(tmp_path / "a.yaml")])
+    assert result.exit_code == 2 and message in result.stderr
+
+
+@pytest.mark.parametrize("env", ["²", "9" * 5000, "-1", "x"])
+def test_world_size_environment_garbage(runner, tmp_path, monkeypatch, env):
+    monkeypatch.setenv("WORLD_SIZE", env)
+    result = runner.invoke(cli, ["check", write(tmp_path, {"train_micro_batch_size_per_gpu": 1})])
+    assert result.exit_code == 2 and "WORLD_SIZE" in result.stderr and len(result.stderr) < 200
+
+
+def test_outputs_never_overwrite_inputs(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto"})
+    (tmp_path / "args.json").write_text('{"per_device_train_batch_size": 2}')
+    os.link(path, tmp_path / "hard.json")
+    os.symlink(path, tmp_path / "soft.json")
+    before = open(path).read()
+    for extra in (["--fix", str(tmp_path / "hard.json")], ["--fix", str(tmp_path / "soft.json")],
+                  ["--json", path], ["--json", str(tmp_path / "hard.json")],
+                  ["--fix", str(tmp_path / "args.json")]):
+        result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--hf-args", str(tmp_path / "args.json"),
+                                     *extra])
+        assert result.exit_code == 2 and "never overwrites its inputs" in result.stderr, extra
+    assert open(path).read() == before and (tmp_path / "args.json").read_text() == '{"per_device_train_batch_size": 2}'
+
+
+@pytest.mark.parametrize("target, message", [("", "give a file name"), (".", "give a file name"),
+                                             ("/dev/full", "cannot write it")])
+def test_fix_targets_that_cannot_be_written(runner, tmp_path, target, message):
+    result = runner.invoke(cli, ["check", write(tmp_path, {"train_micro_batch_size_per_gpu": 1}), "--fix", target])
+    assert result.exit_code == 2 and message in result.stderr
+
+
+def test_dotted_key_is_nested_by_fix(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, "zero_optimization.stage": 3})
+    out = tmp_path / "fixed.json"
+    result = runner.invoke(cli, ["check", path, "--fix", str(out), "--json", "-"])
+    assert 'Nest it: {"zero_optimization": {"stage": 3}}' in json.loads(result.stdout)["findings"][0]["fix"]
+    assert json.loads(out.read_text())["zero_optimization"] == {"stage": 3}
+    assert "zero_optimization.stage" not in json.loads(out.read_text())
+
+
+def test_only_exact_auto_is_auto():
+    """transformers fills only the exact string "auto": under the Trainer "AUTO" is a mismatch with
+    TrainingArguments (HF201, as transformers' fill_match reports it); under the engine a string batch."""
+    config = {"train_micro_batch_size_per_gpu": "AUTO", "optimizer": {"type": "AdamW", "params": {"lr": " auto"}}}
+    assert ids(config, launch="trainer", hf_args={"per_device_train_batch_size": 2}) == ["DS137", "HF201"]
+    assert "train_micro_batch_size_per_gpu=AUTO" in finding(config, "HF201", launch="trainer", hf_args={}).evidence
+    assert ids(config, launch="engine") == ["DS103", "DS137"]
+
+
+def test_twenty_thousand_stray_keys_are_summarised():
+    config = {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, **{f"k{i}": i for i in range(20000)}}
+    result = check_config(config, CheckContext())
+    ds130 = [f for f in result.findings if f.id == "DS130"]
+    assert len(ds130) == 21 and "19,980 more unknown keys" in ds130[-1].evidence
+    assert len(result.changes) == 20000
+
+
+def test_negative_learning_rate():
+    assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": -1}}}) == [
+        "DS137"]

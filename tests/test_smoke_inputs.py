@@ -55,10 +55,12 @@ def test_hjson_config_is_accepted_as_deepspeed_does(tmp_path):
 
 
 def test_auto_values_are_found_everywhere():
-    config = {"train_batch_size": "auto", "optimizer": {"params": {"lr": "AUTO", "betas": ["auto", 0.999]}},
+    config = {"train_batch_size": "auto", "optimizer": {"params": {"lr": "auto", "betas": ["auto", 0.999]}},
               "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}, "fp16": {"enabled": "auto"}}
     assert list(auto_paths(config)) == ["train_batch_size", "optimizer.params.lr", "optimizer.params.betas[0]",
                                         "zero_optimization.reduce_bucket_size", "fp16.enabled"]
+    # only the exact string is "auto" (transformers' fill_match compares with ==)
+    assert list(auto_paths({"a": "AUTO", "b": " auto", "c": ["Auto"]})) == []
     found = {f.id: f for f in check_config(config, CheckContext()).findings}
     # outside the Trainer: top-level and optimizer "auto" crash (DS101), "auto" in a validated section is
     # silently the default (DS136)

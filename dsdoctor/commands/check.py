@@ -29,8 +29,11 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
         return option, "--world-size"
     env = os.environ.get("WORLD_SIZE")
     if env:
-        if not env.strip().isdigit() or int(env) < 1:
-            raise DsdoctorError(f"WORLD_SIZE={env!r} in the environment is not a positive integer")
+        import re
+
+        if not re.fullmatch(r"\s*[0-9]{1,7}\s*", env) or int(env) < 1:
+            shown = env if len(env) <= 20 else env[:20] + "..."
+            raise DsdoctorError(f"WORLD_SIZE={shown!r} in the environment is not a positive integer")
         return int(env), "WORLD_SIZE from the launcher environment"
     if gpus:
         return len(gpus), f"{len(gpus)} visible GPU(s) (NVML)"
@@ -56,12 +59,31 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
-    if fix is not None:
-        target = Path(fix).expanduser()
-        if target.exists() and target.resolve() == Path(config_path).expanduser().resolve():
-            raise DsdoctorError(f"--fix {fix}: that is CONFIG itself; dsdoctor never edits it in place")
-        if not target.resolve().parent.is_dir():
-            raise DsdoctorError(f"--fix {fix}: directory {target.resolve().parent} does not exist")
+    inputs = {"CONFIG": config_path}
+    if hf_args is not None:
+        inputs["--hf-args"] = hf_args
+    if model is not None and Path(model).expanduser().is_dir():
+        inputs["--model"] = str(Path(model).expanduser() / "config.json")
+    outputs = {"--fix": fix}
+    try:
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None and ctx.meta.get("dsdoctor.json_path") not in (None, "-"):
+            outputs["--json"] = ctx.meta["dsdoctor.json_path"]
+    except RuntimeError:
+        pass
+    for option, out_path in outputs.items():
+        if out_path is None:
+            continue
+        target = Path(out_path).expanduser()
+        for name, in_path in inputs.items():
+            if _same_file(target, Path(in_path).expanduser()):
+                raise DsdoctorError(f"{option} {out_path}: that is {name} itself; dsdoctor never overwrites its "
+                                    "inputs")
+        if option == "--fix":
+            if not out_path.strip() or target.is_dir():
+                raise DsdoctorError(f"--fix {out_path!r}: give a file name to write the corrected copy to")
+            if not target.resolve().parent.is_dir():
+                raise DsdoctorError(f"--fix {out_path}: directory {target.resolve().parent} does not exist")
     config, duplicates = read_ds_config(config_path, "CONFIG")
     args = read_hf_args(hf_args) if hf_args is not None else None
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
@@ -103,7 +125,11 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
             report.add(finding)
     if fix is not None:
         fixed = result.fixed_config(config)
-        Path(fix).expanduser().write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        try:
+            Path(fix).expanduser().write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n",
+                                              encoding="utf-8")
+        except OSError as exc:
+            raise DsdoctorError(f"--fix {fix}: cannot write it ({exc.strerror or exc})") from None
         report.result["fixed_config"] = str(fix)
     report.tables.append(("effective values (after DeepSpeed's derivation and defaults)",
                           ["key", "value", "came from"], effective_rows(result)))
@@ -113,16 +139,34 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     if result.changes:
         report.tables.append((f"--fix: changes{' written to ' + fix if fix else ' (give --fix OUT.json to write them)'}",
                               ["path", "now", "becomes", "rule", "why"],
-                              [[c["path"], _show(c["old"]), "(deleted)" if c["action"] == "delete" else _show(c["new"]),
-                                c["rule"], c["why"]] for c in report.result["changes"]]))
+                              _capped([[_show(c["path"], 120).strip('"'), _show(c["old"]),
+                                        "(deleted)" if c["action"] == "delete" else _show(c["new"]), c["rule"],
+                                        c["why"]] for c in report.result["changes"]])))
     if not any(f.severity in ("error", "warning") for f in report.findings):
         report.add(Finding("DS100", "ok", "config passes every check",
                            evidence=f"world size {ws}; batch {result.batch or 'not computed'}; {schema_note}"))
     return report
 
 
-def _show(value) -> str:
-    return "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
+def _capped(rows: list[list[str]], limit: int = 50) -> list[list[str]]:
+    """At most ``limit`` table rows; the JSON ``result`` keeps them all."""
+    if len(rows) <= limit:
+        return rows
+    return rows[:limit] + [[f"... {len(rows) - limit:,} more (all in --json)"] + [""] * (len(rows[0]) - 1)]
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` are one file: the same path, a symlink to it, or a hard link (same inode)."""
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _show(value, limit: int = 200) -> str:
+    """A value for a table cell: JSON, cut at ``limit`` characters (a 22 MB value must not fill the terminal)."""
+    text = "(absent)" if value is None else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text):,} characters)"
 
 
 def effective_rows(result) -> list[list[str]]:
