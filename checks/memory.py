@@ -1,0 +1,394 @@
+"""Per-GPU memory of a DeepSpeed fine-tuning run, term by term, and the MEM5xx rules on it.
+
+Pure arithmetic (no torch, no DeepSpeed import). Every term is bytes per GPU. The peak is the largest of three
+moments of a training step, after the first optimizer step has created the optimizer states:
+
+- ``loss``: the forward pass is done and the loss backward starts: all saved activations and the logits'
+  float copies are alive, gradients are not yet produced;
+- ``backward``: the end of the backward pass: every gradient (or its partition) exists, plus the recompute
+  working set of one layer when gradient checkpointing is on;
+- ``step``: the optimizer step: gradients plus the fp32 gradient copies DeepSpeed makes for the update.
+
+Model states follow the ZeRO paper (Rajbhandari et al. 2020, section 3: 2Ψ 16-bit weights, 2Ψ 16-bit gradients,
+12Ψ Adam states with fp32 master weights and two moments), counted over the trainable parameters only; frozen
+weights are 2Ψ and partitioned only by ZeRO-3. Activations follow Korthikanti et al. 2022 (section 4.1), rewritten
+per saved tensor for the architectures we cover (see :func:`activation_bytes_per_token`). The constants that only
+a GPU can tell (CUDA context, allocator slack, the loss's working copies) are in :data:`CALIBRATION`, each with
+the measurements it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+from dsdoctor.models import Arch
+from dsdoctor.rules import rule
+
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The constants only a GPU can tell, fitted on real runs (``benchmarks/memory_accuracy.py`` on an H200,
+    torch 2.11 + CUDA 13, DeepSpeed 0.19.8; the measurements, the fit and the held-out points are in
+    ``benchmarks/results/memory-accuracy/``). Bytes unless said otherwise.
+
+    - ``cuda_context_bytes``: NVML "used" minus the caching allocator's reserved bytes, ZeRO-0 to 2: the CUDA
+      context, cuBLAS workspaces and NCCL's buffers (1.29 GiB on every such run);
+    - ``cuda_context_zero3_bytes``: the same under ZeRO-3 (1.67 GiB on every ZeRO-3 run);
+    - the caching allocator's slack (reserved minus peak allocated) was fitted by least squares on the 10 fit
+      points as ``slack_base_bytes`` + ``slack_logits`` x the largest fp32 logits tensor (4 x tokens x vocabulary:
+      the loss's blocks that later requests only partly reuse) + ``slack_moments`` x the Adam moments created at
+      the first step of a full fine-tune (8 Ψ_t / N on the GPU: they come on top of the cached activation blocks);
+    - ``offload_gpu_bytes``: what ZeRO-Offload keeps allocated on the GPU beside the 16-bit weights (0.5 GiB on the
+      offload run), and ``slack_offload`` x its 16-bit gradient staging (2 Ψ_t / N), from the same run.
+    """
+
+    cuda_context_bytes: int = int(1.29 * GIB)
+    cuda_context_zero3_bytes: int = int(1.67 * GIB)
+    slack_base_bytes: int = int(1.22 * GIB)
+    slack_logits: float = 0.33
+    slack_moments: float = 0.38
+    offload_gpu_bytes: int = int(0.5 * GIB)
+    slack_offload: float = 1.07
+
+
+CALIBRATION = Calibration()
+
+#: Bytes per logit element alive at the start of the backward pass: transformers' ``ForCausalLMLoss``
+#: (``loss/loss_utils.py``) upcasts the 16-bit logits to fp32 and calls ``cross_entropy``; when the loss returns,
+#: the 16-bit logits and the fp32 copy are free (the loss keeps neither), the log-softmax output (4 bytes) is saved,
+#: and its backward adds the incoming and the outgoing gradient (4 + 4). Measured on the H200 to within 1%.
+LOGITS_BYTES_PER_ELEMENT = 12
+
+#: Names of the attention output projection in the families of :mod:`dsdoctor.models`.
+_ATTENTION_OUT = {"o_proj", "wo", "dense", "c_proj", "out_proj"}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What is being estimated. Counts are elements, sizes bytes. ``gpus`` is per node; the data-parallel world
+    size is ``gpus * nodes``. ``reduce_bucket_size`` etc. are DeepSpeed's element counts (its defaults,
+    ``deepspeed/runtime/zero/config.py``). ``total_params`` includes the method's added parameters (LoRA
+    matrices, the prefix encoder)."""
+
+    arch: Arch
+    total_params: int
+    trainable_params: int
+    method: str = "lora"
+    zero_stage: int = 2
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+    gpus: int = 1
+    nodes: int = 1
+    micro_batch: int = 1
+    seq_len: int = 1024
+    grad_ckpt: bool = True
+    precision: str = "bf16"
+    reduce_bucket_size: int = 500_000_000
+    overlap_comm: bool | None = None
+    contiguous_gradients: bool = True
+    prefetch_bucket_size: int = 50_000_000
+    max_live_parameters: int = 1_000_000_000
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.05
+    freeze_last: int = 2
+
+    @property
+    def world_size(self) -> int:
+        return self.gpus * self.nodes
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes per weight element in the engine: DeepSpeed casts the module to 16 bits for fp16/bf16."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def overlap(self) -> bool:
+        """DeepSpeed's default: ``overlap_comm`` is on for ZeRO-3 only (``zero/config.py``, overlap_comm_valid)."""
+        return self.zero_stage == 3 if self.overlap_comm is None else self.overlap_comm
+
+    @property
+    def offloaded(self) -> bool:
+        return self.offload_optimizer != "none" and self.zero_stage >= 1
+
+
+@dataclass
+class Estimate:
+    """Per-GPU bytes by term, the three moments of a step, and host RAM per node."""
+
+    terms: dict[str, int]
+    phases: dict[str, int]
+    peak_phase: str
+    allocated: int
+    reserved: int
+    total: int
+    host: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def layer_activation_bytes_per_token(arch: Arch, setup: Setup, trainable: bool) -> int:
+    """Saved activations of one decoder layer, bytes per token, with SDPA (flash or memory-efficient) attention.
+
+    Korthikanti et al. 2022 (section 4.1) count sbh(34 + 5as/h) for a GPT layer with all weights trained. We count
+    the tensors autograd really saves, which depend on what is trained: PyTorch saves a linear's input only when
+    its weight needs a gradient, so a frozen layer keeps much less.
+
+    - RMSNorm (transformers' ``LlamaRMSNorm``) saves its fp32 upcast (4h), and the normalised 16-bit tensor (2h)
+      when its weight trains; LayerNorm its input (2h);
+    - the input of each group of linears (the attention input, the MLP input, the MLP product) once, when one
+      of them trains;
+    - attention: q, k and v as SDPA saves them (2 q_dim + 2 x 2 kv_dim; k and v widened to q_dim when a mask
+      stops SDPA's grouped-query path, as prefix tuning's does) and its output (2 q_dim, which ``o_proj`` reads
+      without a copy);
+    - a SwiGLU MLP saves the gate output, its activation and the up output (3 x 2I); a GeLU MLP the
+      pre-activation (2I);
+    - LoRA with dropout: each wrapped linear keeps its dropped input and the mask (3 in_features);
+    - the attention's log-sum-exp (4 bytes per head).
+
+    Measured on the H200 (no checkpointing): full fine-tuning of Qwen2.5-1.5B 103,900 bytes per token and layer
+    against 103,424 here; LoRA on Llama-2-7B 156,400 against 156,160.
+    """
+    h, kv, inter = arch.hidden_size, arch.kv_dim, arch.intermediate_size
+    q_dim = arch.num_heads * (h // arch.num_heads)
+    names = [lin.name for lin in arch.linears]
+    out_index = next((i for i, n in enumerate(names) if n in _ATTENTION_OUT), 1)
+    attn_in, mlp_in, mlp_out = names[:out_index], names[out_index + 1:-1], names[-1]
+    if arch.family == "gptj":  # parallel block: the MLP reads the same normalised input as the attention
+        attn_in, mlp_in = attn_in + mlp_in, []
+    lora = setup.method == "lora"
+    wrapped = set(setup.lora_targets) if lora else set()
+
+    def group(members: list[str], width: int) -> int:
+        saved = 2 * width if (trainable or (lora and setup.lora_dropout == 0 and wrapped & set(members))) else 0
+        if lora and setup.lora_dropout > 0:
+            saved += sum(3 * width for m in members if m in wrapped)
+        return saved
+
+    norm = 2 * h if arch.layer_norm else (6 * h if trainable else 4 * h)
+    norms = norm if arch.family == "gptj" else 2 * norm
+    kv_saved = q_dim if setup.method == "ptuning" else kv
+    attention = 4 * q_dim + 4 * kv_saved + 4 * arch.num_heads
+    mlp = (6 if arch.mlp_gated else 2) * inter
+    per_token = norms + group(attn_in, h) + attention + mlp + (group(mlp_in, h) if mlp_in else 0) \
+        + group([mlp_out], inter)
+    return per_token * (2 if setup.precision == "fp32" else 1)
+
+
+def activation_bytes(setup: Setup) -> int:
+    """Activations alive when the backward pass starts, per GPU, bytes.
+
+    With gradient checkpointing (non-reentrant, as transformers enables it) each layer keeps only its input
+    (2h per token); without, every layer through which a gradient flows keeps
+    :func:`layer_activation_bytes_per_token`. Under ``freeze`` without checkpointing no gradient flows into
+    the frozen layers below the trained ones, so they keep nothing.
+    """
+    arch, tokens = setup.arch, setup.micro_batch * setup.seq_len
+    width = 4 if setup.precision == "fp32" else 2
+    if setup.grad_ckpt:
+        return arch.num_layers * width * arch.hidden_size * tokens
+    if setup.method == "full":
+        layers = [(arch.num_layers, True)]
+    elif setup.method == "freeze":
+        layers = [(setup.freeze_last, True)]
+    else:
+        layers = [(arch.num_layers, False)]
+    return sum(n * layer_activation_bytes_per_token(arch, setup, trainable) * tokens for n, trainable in layers)
+
+
+def model_state_bytes(setup: Setup) -> dict[str, int]:
+    """Weights, gradients and optimizer states on one GPU, and what offload puts on the host (per rank), bytes.
+
+    ZeRO paper section 3 (Ψ parameters, N data-parallel ranks): 16-bit weights 2Ψ (partitioned by ZeRO-3
+    only), 16-bit gradients 2Ψ_trainable (partitioned from ZeRO-2), Adam states 12Ψ_trainable (fp32 master, first
+    and second moment; partitioned from ZeRO-1). DeepSpeed's specifics, each seen on the H200:
+
+    - the step converts the rank's gradient partition to fp32 and writes the updated 16-bit partition back:
+      ZeRO-1/2 ``stage_1_and_2.py`` (``single_partition_of_fp32_groups[i].grad``): +4Ψ_t/N fp32 gradients and a
+      2Ψ_t/N copy during the step; ZeRO-3 (``stage3.py``): +4Ψ_t/N; bf16 at ZeRO-0 (``bf16_optimizer.py``,
+      fp32 accumulators): +8Ψ_t;
+    - ZeRO-3 keeps its gradient partitions (2Ψ_t/N) and its reduction bucket (``reduce_bucket_size`` 16-bit
+      elements) between steps;
+    - fp32 training has no separate master copy: Adam holds 8Ψ_t of moments;
+    - ``offload_optimizer`` moves the fp32 master, the moments and the fp32 gradients to the host; ``offload_param``
+      (ZeRO-3) the 16-bit weights.
+    """
+    n, stage = setup.world_size, setup.zero_stage
+    psi, psi_t = setup.total_params, setup.trainable_params
+    w = setup.weight_bytes
+    fp32 = setup.precision == "fp32"
+    weights = w * psi if stage < 3 else (0 if setup.offload_param != "none" else w * psi // n)
+    optimizer = (8 if fp32 else 12) * psi_t // (n if stage >= 1 else 1)
+    grads = w * psi_t // (n if stage >= 2 else 1)
+    persistent_grads = grads if stage == 3 else 0
+    bucket = w * setup.reduce_bucket_size if stage == 3 and psi_t else 0
+    if stage == 3 and n > 1:  # the layer being computed plus the prefetch bucket, gathered whole
+        bucket += w * min(setup.max_live_parameters, setup.prefetch_bucket_size + setup.arch.layer_params)
+    backward_buckets = 0
+    if stage in (1, 2) and n > 1 and setup.contiguous_gradients:  # setup_buckets in stage_1_and_2.py
+        backward_buckets = w * setup.reduce_bucket_size * (2 if setup.overlap else 1)
+    if stage == 0:
+        step_extra = 8 * psi_t if setup.precision == "bf16" else 4 * psi_t
+    elif stage < 3:
+        step_extra = 6 * psi_t // n
+    else:
+        step_extra = 4 * psi_t // n
+    host_optimizer = 0
+    if setup.offloaded:
+        host_optimizer = optimizer + 4 * psi_t // n
+        optimizer, step_extra, grads = 0, 0, 0
+        bucket = CALIBRATION.offload_gpu_bytes
+    host_params = w * psi // n if (stage == 3 and setup.offload_param != "none") else 0
+    return {"weights": weights, "optimizer_states": optimizer, "gradients": grads,
+            "persistent_gradients": persistent_grads, "deepspeed_buffers": bucket, "step_extra": step_extra,
+            "backward_buckets": backward_buckets,
+            "host_optimizer": host_optimizer, "host_params": host_params}
+
+
+def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
+    """The per-GPU memory of ``setup``: the terms alive at the peak (they sum to ``total``), the three moments of
+    a step (see the module docstring), peak allocated, reserved (allocated plus the caching allocator's slack,
+    :class:`Calibration`) and total: what ``nvidia-smi`` shows, reserved plus the CUDA context. Host RAM per node.
+
+    Multi-GPU terms that one GPU cannot show (ZeRO-1/2's reduction buckets and ZeRO-3's gathered parameters
+    with N > 1) follow DeepSpeed's code and are not calibrated.
+    """
+    arch = setup.arch
+    tokens = setup.micro_batch * setup.seq_len
+    states = model_state_bytes(setup)
+    activations = activation_bytes(setup)
+    logits = tokens * arch.vocab_size * LOGITS_BYTES_PER_ELEMENT
+    hidden = (4 if setup.precision == "fp32" else 2) * arch.hidden_size * tokens
+    trainable_layer = setup.method in ("full", "freeze")
+    recompute = layer_activation_bytes_per_token(arch, setup, trainable_layer) * tokens if setup.grad_ckpt else 0
+    grads_live = 0 if setup.zero_stage == 3 else states["gradients"]
+    base = {"weights": states["weights"], "optimizer_states": states["optimizer_states"],
+            "gradients": states["persistent_gradients"], "deepspeed_buffers": states["deepspeed_buffers"]}
+    moments = {
+        "loss": {**base, "activations": activations + 4 * hidden, "logits_and_loss": logits},
+        "backward": {**base, "gradients": base["gradients"] + grads_live, "checkpoint_recompute": recompute,
+                     "deepspeed_buffers": base["deepspeed_buffers"] + states["backward_buckets"],
+                     "activations": (activations if setup.grad_ckpt else 0) + 4 * hidden},
+        "step": {**base, "gradients": base["gradients"] + grads_live, "optimizer_step": states["step_extra"]},
+    }
+    phases = {name: sum(parts.values()) for name, parts in moments.items()}
+    peak_phase = max(phases, key=phases.get)
+    allocated = phases[peak_phase]
+    slack = cal.slack_base_bytes + cal.slack_logits * 4 * tokens * arch.vocab_size
+    if setup.method == "full" and not setup.offloaded:
+        slack += cal.slack_moments * 8 * setup.trainable_params // (setup.world_size if setup.zero_stage else 1)
+    if setup.offloaded:
+        slack += cal.slack_offload * setup.weight_bytes * setup.trainable_params // setup.world_size
+    reserved = allocated + int(slack)
+    context = cal.cuda_context_zero3_bytes if setup.zero_stage == 3 else cal.cuda_context_bytes
+    total = reserved + context
+    terms = {key: 0 for key in ("weights", "gradients", "optimizer_states", "optimizer_step", "activations",
+                                "checkpoint_recompute", "logits_and_loss", "deepspeed_buffers")}
+    terms.update(moments[peak_phase])
+    terms["allocator_slack"] = reserved - allocated
+    terms["cuda_context"] = context
+    host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
+            "offload_per_node": (states["host_optimizer"] + states["host_params"]) * setup.gpus,
+            "model_load_per_node": setup.weight_bytes * setup.total_params * setup.gpus}
+    notes = []
+    if setup.offload_optimizer != "none" and setup.zero_stage == 0:
+        notes.append("offload_optimizer needs ZeRO-1 or above; ignored at stage 0")
+    return Estimate(terms=terms, phases=phases, peak_phase=peak_phase, allocated=allocated, reserved=reserved,
+                    total=total, host=host, notes=notes)
+
+
+def max_micro_batch(setup: Setup, gpu_bytes: int, cal: Calibration = CALIBRATION, limit: int = 4096) -> int:
+    """The largest micro batch whose estimate fits ``gpu_bytes`` (0 when not even 1 fits); memory grows
+    monotonically with the micro batch, so a binary search over [1, limit]."""
+    if estimate(replace(setup, micro_batch=1), cal).total > gpu_bytes:
+        return 0
+    lo, hi = 1, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate(replace(setup, micro_batch=mid), cal).total <= gpu_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def deepspeed_estimator_bytes(setup: Setup) -> int:
+    """What DeepSpeed's own estimator prints per GPU for this model (``estimate_zero2_model_states_mem_needs``
+    in ``runtime/zero/stage_1_and_2.py`` for stages 0-2, ``estimate_zero3_model_states_mem_needs`` in
+    ``runtime/zero/stage3.py`` for stage 3). Its ``_all_live`` variants count every parameter of the model as
+    trained (a LoRA model's frozen weights too) and leave out activations, logits and buffers."""
+    psi, n = setup.total_params, setup.world_size
+    offload = setup.offload_optimizer != "none"
+    if setup.zero_stage < 3:
+        return 2 * psi if offload else 2 * psi + int(18 * psi / n)
+    largest = 4 * setup.arch.largest_layer_params
+    if offload:
+        return largest if setup.offload_param != "none" else largest + int(2 * psi / n)
+    return largest + int(18 * psi / n)
+
+
+def accelerate_estimator_bytes(setup: Setup) -> int:
+    """``accelerate estimate-memory``'s "Training using Adam" for the model (``accelerate/commands/estimate.py``,
+    ``estimate_training_usage``): the largest of model, gradients, optimizer and step for a batch of 1, from the
+    fp32 size (4Ψ): 8Ψ in 16-bit mixed precision, 16Ψ in fp32. No ZeRO, no activations."""
+    fp32_size = 4 * setup.total_params
+    return 4 * fp32_size if setup.precision == "fp32" else 2 * fp32_size
+
+
+# --- rules --------------------------------------------------------------------------------------------------------
+
+MEM501 = rule(
+    "MEM501", "error", "estimated peak exceeds GPU memory",
+    what="The estimated per-GPU peak (what nvidia-smi would show) is above the GPU's memory.",
+    why="The run would stop with CUDA out of memory, usually at the first backward pass or the first optimizer "
+        "step, after the model has loaded.",
+    fix="Apply the first change of the 'what to change' list (gradient checkpointing, a higher ZeRO stage, "
+        "optimizer offload, a smaller micro batch with more gradient accumulation).",
+    source="ZeRO paper section 3; Korthikanti et al. 2022 section 4; calibrated on an H200 "
+           "(benchmarks/results/memory-accuracy/)")
+MEM502 = rule(
+    "MEM502", "warning", "less than 5% headroom",
+    what="The estimate fits, but with less than 5% of the GPU's memory to spare.",
+    why="Longer samples, allocator fragmentation over a long run or another process on the GPU can tip it over.",
+    fix="Keep some margin: a smaller micro batch with more gradient accumulation, or gradient checkpointing.",
+    source="dsdoctor estimate accuracy (benchmarks/results/memory-accuracy/)")
+MEM503 = rule(
+    "MEM503", "info", "offload is not needed",
+    what="The run fits on the GPU without the configured CPU/NVMe offload.",
+    why="Offload moves the optimizer step to the CPU and adds PCIe traffic every step: often 1.5-3x slower.",
+    fix='Drop "offload_optimizer"/"offload_param" (or set "device": "none").',
+    source="ZeRO-Offload (Ren et al. 2021) section 6; deepspeed/runtime/zero/stage_1_and_2.py cpu_offload")
+MEM504 = rule(
+    "MEM504", "warning", "offload needs more host RAM than this node has",
+    what="The pinned host memory offload needs per node is above this machine's RAM.",
+    why="The process is killed by the kernel's OOM killer when the optimizer states are allocated, with no "
+        "Python error.",
+    fix="Offload fewer states (offload_optimizer only), use more nodes, or NVMe offload.",
+    source="deepspeed/runtime/zero/stage_1_and_2.py (pinned fp32 partitions); seen on the GPU machine "
+           "(shared/FACTS.md)")
+MEM505 = rule(
+    "MEM505", "warning", "sequence longer than the model's context",
+    what="--seq-len is above the model's max_position_embeddings / seq_length.",
+    why="Positions past the trained context give poor results (and some models refuse them).",
+    fix="Use a --seq-len within the model's context, or a long-context variant of the model.",
+    source="the model's config.json")
+MEM506 = rule(
+    "MEM506", "info", "the logits dominate the peak",
+    what="The loss's logits (micro batch x sequence x vocabulary, in fp32 copies) are over a third of the peak.",
+    why="Large vocabularies (130k-150k for ChatGLM, Qwen, GLM-4) make the logits, not the weights, the "
+        "limit; gradient checkpointing does not reduce them.",
+    fix="A smaller micro batch with more gradient accumulation, or shorter sequences.",
+    source="transformers loss/loss_utils.py ForCausalLMLoss (logits.float() before cross_entropy)")
+MEM507 = rule(
+    "MEM507", "error", "P-Tuning (prefix tuning) with gradient checkpointing",
+    what="--method ptuning together with gradient checkpointing.",
+    why="peft refuses it at the first forward: 'PREFIX_TUNING does not work with gradient checkpointing'.",
+    fix="Use --no-grad-ckpt with ptuning (and budget the activations), or LoRA.",
+    source="peft/peft_model.py; seen in shared/FACTS.md")
+MEM500 = rule(
+    "MEM500", "ok", "fits",
+    what="The estimated peak fits the GPU with headroom.",
+    why="", fix="", source="dsdoctor estimate")
