@@ -179,13 +179,21 @@ def test_compare_shows_four_stages(runner):
     assert totals[0] > totals[1] > totals[2] > totals[3]
 
 
-def test_local_model_directory_counts_on_meta(runner, tmp_path):
+def test_local_model_directory_counts_on_meta(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    model = tmp_path / "model"
+    model.mkdir()
     _, values = REGISTRY["qwen2.5-0.5b"]
-    (tmp_path / "config.json").write_text(json.dumps(values))
-    data, _ = run_json(runner, "--model", str(tmp_path), "--method", "lora", "--gpu-mem", "24")
-    assert data["result"]["total_params"] == 494_032_768
-    assert data["result"]["trainable_params"] == 540_672
-    assert data["result"]["counting"].startswith("exact")
+    (model / "config.json").write_text(json.dumps(values))
+    for _ in range(2):  # the second run reads the parameter-count cache
+        data, _ = run_json(runner, "--model", str(model), "--method", "lora", "--gpu-mem", "24")
+        assert data["result"]["total_params"] == 494_032_768  # tied embeddings counted once
+        assert data["result"]["trainable_params"] == 540_672
+        assert data["result"]["counting"].startswith("exact")
+    assert len(json.loads((tmp_path / "cache/dsdoctor/param-counts.json").read_text())) == 1
+    (model / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 12}))
+    data, _ = run_json(runner, "--model", str(model), "--method", "full", "--gpu-mem", "24")
+    assert data["result"]["total_params"] == 494_032_768 - 12 * resolve_arch("qwen2.5-0.5b").layer_params
 
 
 @pytest.mark.parametrize("args,message", [

@@ -83,7 +83,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
     for key, option in (("reduce_bucket_size", "reduce_bucket_size"), ("overlap_comm", "overlap_comm"),
                         ("contiguous_gradients", "contiguous_gradients"),
                         ("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
-                        ("stage3_max_live_parameters", "max_live_parameters")):
+                        ("stage3_max_live_parameters", "max_live_parameters"), ("sub_group_size", "sub_group_size")):
         value = zero.get(key)
         if option in ("overlap_comm", "contiguous_gradients"):
             if isinstance(value, bool):
@@ -133,12 +133,12 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     counting = "analytic, from the registry's config.json values (checked against transformers on the meta device " \
                "in tests/test_models.py)"
     if is_local(model):
-        from dsdoctor.meta_count import meta_counts, transformers_knows
+        from dsdoctor.meta_count import cached_meta_counts, transformers_knows
 
         if transformers_knows(arch.model_type):
-            total, trainable = meta_counts(arch.config, method, lora_r=lora_r, lora_targets=targets,
+            total, trainable = cached_meta_counts(arch.config, method, lora_r=lora_r, lora_targets=targets,
                                            freeze_last=freeze_last, prefix_tokens=prefix_tokens)
-            counting = "exact: transformers' model built on the meta device (accelerate init_empty_weights)" + \
+            counting = "exact: transformers' model built on the meta device" + \
                        (", peft applied" if method in ("lora", "ptuning") else "")
         else:
             counting = f"analytic: transformers has no {arch.model_type!r} architecture (remote code is never run)"
@@ -236,7 +236,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     from_config = values.pop("_from_config", [])
     extra = {k: values.pop(k) for k in list(values) if k in ("reduce_bucket_size", "overlap_comm",
                                                               "contiguous_gradients", "prefetch_bucket_size",
-                                                              "max_live_parameters")}
+                                                              "max_live_parameters", "sub_group_size")}
     if values["zero"] not in (0, 1, 2, 3):
         raise DsdoctorError(f"ZeRO stage must be 0, 1, 2 or 3, got {values['zero']}")
     if values["offload_optimizer"] not in ("none", "cpu", "nvme") or values["offload_param"] not in ("none", "cpu", "nvme"):
@@ -260,7 +260,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                   "world_size": setup.world_size, "micro_batch": setup.micro_batch, "seq_len": setup.seq_len,
                   "grad_ckpt": setup.grad_ckpt, "precision": setup.precision,
                   "lora_targets": list(setup.lora_targets), "from_deepspeed_config": from_config},
-        "per_gpu_bytes": per_gpu, "peak_phase": est.peak_phase, "phases_bytes": est.phases,
+        "per_gpu_bytes": per_gpu,
+        "model_states_bytes": mem.model_state_bytes(setup)["weights"] + mem.model_state_bytes(setup)["gradients"]
+        + mem.model_state_bytes(setup)["persistent_gradients"] + mem.model_state_bytes(setup)["optimizer_states"],
+        "peak_phase": est.peak_phase, "phases_bytes": est.phases,
         "allocated_bytes": est.allocated, "reserved_bytes": est.reserved,
         "host_bytes": est.host, "gpu_memory_bytes": gpu_bytes, "gpu_source": gpu_source,
         "deepspeed_estimator_bytes": mem.deepspeed_estimator_bytes(setup),
@@ -280,6 +283,8 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
     rows = [[term, gib(value), sources.get(term, "")] for term, value in est.terms.items()]
     rows.append(["total (what nvidia-smi shows)", gib(est.total), f"peak at: {est.peak_phase}"])
+    rows.append(["(model states: weights + gradients + Adam)", gib(result["model_states_bytes"]),
+                 "the ZeRO paper's 16 bytes x parameters, partitioned by stage"])
     report.tables.append((f"Per-GPU memory, GiB: {arch.name}, {method}, ZeRO-{setup.zero_stage}, "
                           f"micro batch {setup.micro_batch} x seq {setup.seq_len}, "
                           f"{'checkpointing' if setup.grad_ckpt else 'no checkpointing'}, {setup.precision}, "

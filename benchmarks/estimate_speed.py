@@ -1,0 +1,67 @@
+"""Wall time of `dsdoctor estimate` (the installed console script, a fresh process each time, as a user or CI runs
+it). Goals (issue 4): a registry model <= 0.3 s (no torch import on that path); --model PATH of an architecture
+transformers knows (counted on the meta device, peft applied) <= 3 s.
+
+    python benchmarks/estimate_speed.py --repeat 5 > benchmarks/results/estimate-speed.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dsdoctor.models import REGISTRY  # noqa: E402
+
+
+def timed(argv: list[str], repeat: int, env: dict | None = None) -> list[float]:
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **(env or {})})
+        runs.append(time.perf_counter() - start)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr}")
+    return runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    exe = shutil.which("dsdoctor")
+    registry = []
+    for name in REGISTRY:
+        registry += timed([exe, "estimate", "--model", name, "--method", "lora", "--gpu-mem", "80", "--compare",
+                           "--json", "-"], args.repeat)
+    print(f"$ python benchmarks/estimate_speed.py --repeat {args.repeat}")
+    print(f"registry models ({len(REGISTRY)} x {args.repeat}, --method lora --compare): median "
+          f"{statistics.median(registry):.3f} s, max {max(registry):.3f} s (goal <= 0.3 s)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("qwen2.5-7b", "llama-3-8b"):
+            (Path(tmp) / name).mkdir()
+            (Path(tmp) / name / "config.json").write_text(json.dumps(REGISTRY[name][1]))
+            for method in ("full", "lora"):
+                argv = [exe, "estimate", "--model", str(Path(tmp) / name), "--method", method, "--gpu-mem", "80",
+                        "--json", "-"]
+                cold = []
+                for _ in range(args.repeat):  # an empty parameter-count cache each time
+                    env_cache = Path(tmp) / "cache"
+                    shutil.rmtree(env_cache, ignore_errors=True)
+                    cold += timed(argv, 1, {"XDG_CACHE_HOME": str(env_cache)})
+                warm = timed(argv, args.repeat, {"XDG_CACHE_HOME": str(Path(tmp) / "cache")})
+                print(f"--model PATH ({name} config.json, meta device, {method}): cold median "
+                      f"{statistics.median(cold):.3f} s, max {max(cold):.3f} s; cached median "
+                      f"{statistics.median(warm):.3f} s, max {max(warm):.3f} s (goal <= 3 s)")
+
+
+if __name__ == "__main__":
+    main()
