@@ -62,6 +62,13 @@ CALIBRATION = Calibration()
 #: and its backward adds the incoming and the outgoing gradient (4 + 4). Measured on the H200 to within 1%.
 LOGITS_BYTES_PER_ELEMENT = 12
 
+#: Host RAM per byte of offloaded state: DeepSpeed's own estimators use ``additional_buffer_factor=1.5``
+#: (``estimate_zero2/3_model_states_mem_needs``); two real runs agree with it and not with 1.0: a 7B full fine-tune
+#: with ZeRO-2 optimizer offload was killed on a 128 GiB host (shared/FACTS.md; 100 GiB of states x 1.5 plus the
+#: loaded model exceeds it), and GLM-4-9B with ZeRO-3 offload of parameters and optimizer filled 252 GB
+#: (LlamaFactory issue 4629; 158 GiB x 1.5 = 237 GiB plus the model).
+HOST_BUFFER_FACTOR = 1.5
+
 #: Names of the attention output projection in the families of :mod:`dsdoctor.models`.
 _ATTENTION_OUT = {"o_proj", "wo", "dense", "c_proj", "out_proj"}
 
@@ -228,7 +235,7 @@ def model_state_bytes(setup: Setup) -> dict[str, int]:
     grads = w * psi_t // (n if stage >= 2 else 1)
     persistent_grads = grads if stage == 3 else 0
     bucket = w * setup.reduce_bucket_size if stage == 3 and psi_t else 0
-    if stage == 3 and n > 1:  # the layer being computed plus the prefetch bucket, gathered whole
+    if stage == 3 and (n > 1 or setup.offload_param != "none"):  # the layer computed + the prefetch, gathered
         bucket += w * min(setup.max_live_parameters, setup.prefetch_bucket_size + setup.arch.layer_params)
     backward_buckets = 0
     if stage in (1, 2) and n > 1 and setup.contiguous_gradients:  # setup_buckets in stage_1_and_2.py
@@ -240,10 +247,10 @@ def model_state_bytes(setup: Setup) -> dict[str, int]:
     else:  # ZeRO-3 steps one sub-group at a time (stage3.py, sub_group_size): fp32 gradients + 16-bit copy
         step_extra = 6 * min(psi_t // n, setup.sub_group_size)
     host_optimizer = 0
-    if setup.offloaded:
+    if setup.offloaded:  # fp32 gradients, master and moments live on the host; ZeRO-3 keeps its reduce bucket
         host_optimizer = optimizer + 4 * psi_t // n
-        optimizer, step_extra, grads = 0, 0, 0
-        bucket = CALIBRATION.offload_gpu_bytes
+        optimizer, step_extra, grads, persistent_grads = 0, 0, 0, 0
+        bucket = (bucket if stage == 3 else 0) + CALIBRATION.offload_gpu_bytes
     host_params = w * psi // n if (stage == 3 and setup.offload_param != "none") else 0
     return {"weights": weights, "optimizer_states": optimizer, "gradients": grads,
             "persistent_gradients": persistent_grads, "deepspeed_buffers": bucket, "step_extra": step_extra,
@@ -287,7 +294,10 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
             created = min(created, setup.sub_group_size)
         slack += cal.slack_moments * 8 * created
     if setup.offloaded:
-        slack += cal.slack_offload * setup.weight_bytes * setup.trainable_params // setup.world_size
+        staged = setup.trainable_params // setup.world_size
+        if setup.zero_stage == 3:  # ZeRO-3 moves gradients to the host one sub-group at a time
+            staged = min(staged, setup.sub_group_size)
+        slack += cal.slack_offload * setup.weight_bytes * staged
     reserved = allocated + int(slack)
     context = cal.cuda_context_zero3_bytes if setup.zero_stage == 3 else cal.cuda_context_bytes
     total = reserved + context
@@ -296,9 +306,11 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     terms.update(moments[peak_phase])
     terms["allocator_slack"] = reserved - allocated
     terms["cuda_context"] = context
+    offload_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus
+    load_node = setup.weight_bytes * setup.total_params * setup.gpus
     host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
-            "offload_per_node": (states["host_optimizer"] + states["host_params"]) * setup.gpus,
-            "model_load_per_node": setup.weight_bytes * setup.total_params * setup.gpus}
+            "offload_per_node": offload_node, "model_load_per_node": load_node,
+            "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + (load_node if offload_node else 0)}
     notes = []
     if setup.offload_optimizer != "none" and setup.zero_stage == 0:
         notes.append("offload_optimizer needs ZeRO-1 or above; ignored at stage 0")

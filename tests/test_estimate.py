@@ -169,6 +169,7 @@ def test_deepspeed_config_supplies_stage_micro_batch_and_precision(runner, tmp_p
                        "--gpu-mem", "80")
     assert data["result"]["setup"]["micro_batch"] == 2
     assert any('"auto"' in n for n in data["result"]["notes"])
+    assert data["result"]["setup"]["zero_stage"] == 0  # no zero_optimization: DeepSpeed's default stage 0
 
 
 def test_compare_shows_four_stages(runner):
@@ -228,3 +229,18 @@ def test_registry_path_imports_no_torch():
             "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_host_ram_for_offload_is_flagged(runner):
+    """FACTS.md: a 7B full fine-tune with ZeRO-2 optimizer offload was killed on the GPU machine's 128 GiB host."""
+    data, _ = run_json(runner, "--model", "llama-2-7b", "--zero", "2", "--offload-optimizer", "cpu", "--gpus", "1",
+                       "--gpu-mem", "139.8", "--host-mem", "128")
+    mem504 = [f for f in data["findings"] if f["id"] == "MEM504"]
+    assert mem504 and "this node has 128.00 GiB" in mem504[0]["evidence"]
+    host = data["result"]["host_bytes"]
+    assert host["optimizer_offload_per_rank"] == 16 * 6_738_415_616  # fp32 master, 2 moments, fp32 gradients
+    assert host["needed_per_node"] == int(1.5 * host["offload_per_node"]) + host["model_load_per_node"]
+    data, _ = run_json(runner, "--model", "qwen2.5-1.5b", "--zero", "2", "--offload-optimizer", "cpu", "--gpus", "1",
+                       "--gpu-mem", "139.8", "--host-mem", "128")
+    assert "MEM504" not in [f["id"] for f in data["findings"]]  # ran on that host (memory-accuracy grid)
+    assert "MEM503" in [f["id"] for f in data["findings"]]  # and did not need offload at all

@@ -63,7 +63,10 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             raise DsdoctorError(f"{path}: {source} = {value!r} is not usable (run dsdoctor check {path})") from None
         values.setdefault("_from_config", []).append(option)
 
-    take("zero", zero.get("stage"), int, "zero_optimization.stage")
+    if isinstance(zero.get("stage"), bool):
+        raise DsdoctorError(f"{path}: zero_optimization.stage = {zero['stage']!r} is not usable "
+                            f"(run dsdoctor check {path})")
+    take("zero", zero.get("stage", 0), int, "zero_optimization.stage")  # DeepSpeed's default stage is 0
     for key in ("offload_optimizer", "offload_param"):
         block = zero.get(key)
         if isinstance(block, dict):
@@ -350,9 +353,12 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
 
     # host RAM
     host_total = int(host_mem * GIB) if host_mem else (_this_host_ram() if gpu_source.endswith("NVML)") else None)
-    if host_total and est.host["offload_per_node"] > 0.9 * host_total:
-        report.add(mem.MEM504.finding(f"offload needs {gib(est.host['offload_per_node'])} GiB pinned per node; "
-                                      f"this node has {gib(host_total)} GiB"))
+    if host_total and est.host["offload_per_node"] and est.host["needed_per_node"] > 0.9 * host_total:
+        report.add(mem.MEM504.finding(
+            f"offload needs about {gib(est.host['needed_per_node'])} GiB of host RAM per node "
+            f"({gib(est.host['offload_per_node'])} GiB of states x {mem.HOST_BUFFER_FACTOR} for pinned buffers, "
+            f"plus {gib(est.host['model_load_per_node'])} GiB while each rank loads the model); this node has "
+            f"{gib(host_total)} GiB"))
     if arch.max_positions and setup.seq_len > arch.max_positions:
         report.add(mem.MEM505.finding(f"--seq-len {setup.seq_len} > {arch.max_positions} ({arch.source})"))
     if est.terms["logits_and_loss"] > est.total / 3:
