@@ -307,10 +307,12 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     terms["allocator_slack"] = reserved - allocated
     terms["cuda_context"] = context
     offload_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus
-    load_node = setup.weight_bytes * setup.total_params * setup.gpus
+    # each rank loads the whole model on the CPU before deepspeed.initialize; under ZeRO-3 the HF Trainer creates
+    # it inside deepspeed.zero.Init, which partitions while loading: about one copy per node
+    load_node = setup.weight_bytes * setup.total_params * (1 if setup.zero_stage == 3 else setup.gpus)
     host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
             "offload_per_node": offload_node, "model_load_per_node": load_node,
-            "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + (load_node if offload_node else 0)}
+            "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + load_node}
     notes = []
     if setup.offload_optimizer != "none" and setup.zero_stage == 0:
         notes.append("offload_optimizer needs ZeRO-1 or above; ignored at stage 0")
@@ -380,11 +382,12 @@ MEM503 = rule(
     fix='Drop "offload_optimizer"/"offload_param" (or set "device": "none").',
     source="ZeRO-Offload (Ren et al. 2021) section 6; deepspeed/runtime/zero/stage_1_and_2.py cpu_offload")
 MEM504 = rule(
-    "MEM504", "warning", "offload needs more host RAM than this node has",
-    what="The pinned host memory offload needs per node is above this machine's RAM.",
-    why="The process is killed by the kernel's OOM killer when the optimizer states are allocated, with no "
-        "Python error.",
-    fix="Offload fewer states (offload_optimizer only), use more nodes, or NVMe offload.",
+    "MEM504", "warning", "needs more host RAM than this node has",
+    what="Loading the model on every rank plus the pinned memory offload needs per node is above this node's RAM.",
+    why="The kernel's OOM killer ends the process (the launcher reports exit code -9) while the model loads or "
+        "when the offloaded states are allocated, with no Python error.",
+    fix="Offload fewer states (offload_optimizer only), NVMe offload, more nodes, fewer ranks per node, or load "
+        "the model under ZeRO-3's zero.Init.",
     source="deepspeed/runtime/zero/stage_1_and_2.py (pinned fp32 partitions); seen on the GPU machine "
            "(shared/FACTS.md)")
 MEM505 = rule(

@@ -87,6 +87,9 @@ def meta_counts(config: dict, method: str, *, lora_r: int = 8, lora_targets: tup
     Raises:
         DsdoctorError: transformers cannot build the architecture from this config.
     """
+    import warnings
+
+    warnings.filterwarnings("ignore")  # transformers' and peft's deprecation notices are not the user's business here
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -98,7 +101,7 @@ def meta_counts(config: dict, method: str, *, lora_r: int = 8, lora_targets: tup
             model = AutoModelForCausalLM.from_config(hf_config)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds here; the user gets one line
         raise DsdoctorError(f"transformers cannot build {model_type!r} from this config.json: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}") from None
+                            f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
     base = sum(p.numel() for p in model.parameters())
     if method == "full":
         return base, base

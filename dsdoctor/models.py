@@ -204,10 +204,23 @@ class Arch:
         return next((lin for lin in self.linears if lin.name == name), None)
 
 
+#: Upper bounds on config.json sizes: far above any real model (the largest dense LLMs have hidden sizes near 25k,
+#: fewer than 200 layers and vocabularies below 300k); a value past them is a broken config, not a model.
+SIZE_LIMITS = {"layers": 1000, "hidden": 1_000_000, "vocab": 10_000_000, "heads": 100_000}
+_LIMIT_OF = {"num_layers": "layers", "num_hidden_layers": "layers", "n_layer": "layers", "hidden_size": "hidden",
+             "n_embd": "hidden", "intermediate_size": "hidden", "inner_hidden_size": "hidden",
+             "ffn_hidden_size": "hidden", "n_inner": "hidden", "kv_channels": "hidden", "head_dim": "hidden",
+             "vocab_size": "vocab", "padded_vocab_size": "vocab", "num_attention_heads": "heads", "n_head": "heads",
+             "num_key_value_heads": "heads", "multi_query_group_num": "heads"}
+
+
 def _int(config: dict, *keys: str, default: int | None = None, source: str = "") -> int:
     for key in keys:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            limit = SIZE_LIMITS.get(_LIMIT_OF.get(key, ""), None)
+            if limit is not None and value > limit:
+                raise DsdoctorError(f"{source}: {key} = {value} is not a real model's size (at most {limit:,})")
             return value
         if value is not None and key in config:
             raise DsdoctorError(f"{source}: {key} must be a positive integer, got {value!r}")
@@ -377,6 +390,8 @@ def resolve_arch(spec: str) -> Arch:
         DsdoctorError: an unknown name (the closest known names are listed), or a local config that is unreadable,
             of an unknown architecture, or missing a size.
     """
+    if not spec.strip():
+        raise DsdoctorError("--model is empty: give a registry name (e.g. chatglm-6b) or a model directory")
     if is_local(spec):
         config, source = read_config_json(spec)
         return arch_from_config(config, name=spec, source=source)
@@ -465,16 +480,19 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
             raise DsdoctorError(f"--lora-r must be at least 1, got {lora_r}")
         targets = lora_targets or default_lora_targets(arch)
         names = [lin.name for lin in arch.linears]
+        if tuple(targets) == ("all-linear",):  # peft's keyword: every linear layer but the output projection
+            targets = tuple(names)
         unknown = [t for t in targets if arch.linear(t) is None and not any(n.endswith("." + t) for n in names)]
         if unknown:
             raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a linear layer of {arch.name} "
-                                f"({arch.family}); its linears: {', '.join(names)}")
+                                f"({arch.model_type}); its linears: {', '.join(names)} (or all-linear)")
         wrapped = [lin for lin in arch.linears if lin.name in targets or lin.name.split(".")[-1] in targets]
         return arch.num_layers * sum(lora_r * (lin.in_features + lin.out_features) for lin in wrapped)
     if method == "freeze":
-        if not 0 <= freeze_last <= arch.num_layers:
-            raise DsdoctorError(f"--freeze-last must be between 0 and {arch.num_layers} (the layers of "
-                                f"{arch.name}), got {freeze_last}")
+        if not 1 <= freeze_last <= arch.num_layers:
+            raise DsdoctorError(f"--freeze-last must be between 1 and {arch.num_layers} (the layers of "
+                                f"{arch.name}; 0 would train nothing and DeepSpeed refuses an empty optimizer), "
+                                f"got {freeze_last}")
         return freeze_last * arch.layer_params
     if method == "ptuning":
         if prefix_tokens < 1:

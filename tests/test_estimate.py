@@ -211,7 +211,7 @@ def test_local_model_directory_counts_on_meta(runner, tmp_path, monkeypatch):
     (["--model", "qwen2-7b", "--gpu-mem", "-8"], "positive number of GiB"),
     (["--model", "qwen2-7b", "--offload-param", "cpu"], "needs --zero 3"),
     (["--model", "qwen2-7b", "--zero", "0", "--offload-optimizer", "cpu"], "ZeRO-1 or above"),
-    (["--model", "qwen2-7b", "--method", "freeze", "--freeze-last", "99"], "between 0 and 28"),
+    (["--model", "qwen2-7b", "--method", "freeze", "--freeze-last", "99"], "between 1 and 28"),
     (["--model", "qwen2-7b", "--method", "lora", "--lora-targets", "query_key_value"], "not a linear layer"),
     (["--model", "qwen2-7b", "--deepspeed", "/no/such.json"], "no such file"),
 ])
@@ -249,3 +249,65 @@ def test_host_ram_for_offload_is_flagged(runner):
                        "--gpu-mem", "139.8", "--host-mem", "128")
     assert "MEM504" not in [f["id"] for f in data["findings"]]  # ran on that host (memory-accuracy grid)
     assert "MEM503" in [f["id"] for f in data["findings"]]  # and did not need offload at all
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--host-mem", "inf"], "--host-mem must be a positive number"),
+    (["--host-mem", "1e300"], "--host-mem must be a positive number"),
+    (["--gpus", "0"], "--gpus must be at least 1"),
+    (["--method", "freeze", "--freeze-last", "0"], "would train nothing"),
+    (["--model", ""], "--model is empty"),
+])
+def test_more_bad_input_from_a_trial(runner, args, message):
+    argv = ["--model", "chatglm-6b", *args] if args[0] != "--model" else args
+    result = runner.invoke(cli, ["estimate", *argv])
+    assert result.exit_code == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("zero,message", [
+    ({"stage": 2.5}, "zero_optimization.stage = 2.5"),
+    ([2], "zero_optimization = [2]"),
+    ({"stage": 2, "offload_optimizer": "cpu"}, "zero_optimization.offload_optimizer = 'cpu'"),
+    ({"stage": 3, "offload_param": {"device": "gpu"}}, "zero_optimization.offload_param.device = 'gpu'"),
+    ({"stage": 2, "reduce_bucket_size": -5}, "zero_optimization.reduce_bucket_size = -5"),
+    ({"stage": 3, "stage3_prefetch_bucket_size": 1e30}, "stage3_prefetch_bucket_size = 1e+30"),
+    ({"stage": 2, "offload_param": {"device": "cpu"}}, "does only at ZeRO-3, but the stage is 2"),
+])
+def test_unusable_deepspeed_values_are_refused(runner, tmp_path, zero, message):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": zero}))
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--deepspeed", str(cfg), "--gpu-mem", "80"])
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_both_precisions_and_absurd_sizes_are_refused(runner, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"bf16": {"enabled": True}, "fp16": {"enabled": True}}))
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--deepspeed", str(cfg)])
+    assert result.exit_code == 2 and "both enabled" in result.stderr
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**REGISTRY["llama-2-7b"][1], "num_hidden_layers": 20000}))
+    result = runner.invoke(cli, ["estimate", "--model", str(model)])
+    assert result.exit_code == 2 and "not a real model's size" in result.stderr
+
+
+def test_fitting_no_card_is_an_error_without_a_gpu(runner):
+    data, code = run_json(runner, "--model", "chatglm-6b")  # full fine-tuning on one GPU: 146.6 GiB
+    assert code == 1 and data["findings"][0]["id"] == "MEM501" and data["findings"][0]["severity"] == "error"
+    data, code = run_json(runner, "--model", "chatglm-6b", "--method", "lora", "--micro-batch", "8")
+    assert code == 0 and data["findings"][0]["severity"] == "info"  # too big for 24 GiB only
+
+
+def test_model_loading_alone_can_exceed_host_ram(runner):
+    data, _ = run_json(runner, "--model", "llama-2-13b", "--zero", "2", "--gpus", "8", "--gpu-mem", "80",
+                       "--method", "lora", "--host-mem", "128")
+    host = data["result"]["host_bytes"]
+    assert host["needed_per_node"] == host["model_load_per_node"] == 8 * 2 * (13_015_864_320 + 6_553_600)
+    assert "MEM504" in [f["id"] for f in data["findings"]]
+
+
+def test_all_linear_lora_targets(runner):
+    data, _ = run_json(runner, "--model", "llama-2-7b", "--method", "lora", "--lora-targets", "all-linear",
+                       "--gpu-mem", "80")
+    assert data["result"]["trainable_params"] == 32 * 8 * (4 * (4096 + 4096) + 3 * (4096 + 11008))

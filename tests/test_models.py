@@ -88,7 +88,7 @@ def test_unknown_name_lists_close_names():
         resolve_arch("qwen2.5-7")
     with pytest.raises(DsdoctorError, match="not a linear layer"):
         trainable_params(resolve_arch("llama-2-7b"), "lora", lora_targets=("query_key_value",))
-    with pytest.raises(DsdoctorError, match="between 0 and 32"):
+    with pytest.raises(DsdoctorError, match="between 1 and 32"):
         trainable_params(resolve_arch("llama-2-7b"), "freeze", freeze_last=33)
 
 

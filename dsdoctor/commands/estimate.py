@@ -49,7 +49,13 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
     from dsdoctor.configfile import read_ds_config
 
     config, _duplicates = read_ds_config(path)
-    zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
+
+    def bad(key: str, value) -> DsdoctorError:
+        return DsdoctorError(f"{path}: {key} = {value!r} is not usable (dsdoctor check {path} explains it)")
+
+    zero = config.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise bad("zero_optimization", zero)
 
     def take(option: str, value, cast, source: str):
         if option in explicit or value is None or value == "auto":
@@ -63,22 +69,32 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             raise DsdoctorError(f"{path}: {source} = {value!r} is not usable (run dsdoctor check {path})") from None
         values.setdefault("_from_config", []).append(option)
 
-    if isinstance(zero.get("stage"), bool):
-        raise DsdoctorError(f"{path}: zero_optimization.stage = {zero['stage']!r} is not usable "
-                            f"(run dsdoctor check {path})")
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or (isinstance(stage, float) and not stage.is_integer()):
+        raise bad("zero_optimization.stage", stage)
     take("zero", zero.get("stage", 0), int, "zero_optimization.stage")  # DeepSpeed's default stage is 0
     for key in ("offload_optimizer", "offload_param"):
         block = zero.get(key)
-        if isinstance(block, dict):
-            take(key, block.get("device", "none"), str, f"zero_optimization.{key}.device")
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise bad(f"zero_optimization.{key}", block)
+        device = block.get("device", "none")
+        if device not in ("none", "cpu", "nvme", "auto", None):
+            raise bad(f"zero_optimization.{key}.device", device)
+        take(key, device or "none", str, f"zero_optimization.{key}.device")
     if zero.get("cpu_offload") is True and "offload_optimizer" not in explicit:
         values["offload_optimizer"] = "cpu"
     take("micro_batch", config.get("train_micro_batch_size_per_gpu"), int, "train_micro_batch_size_per_gpu")
-    for name in ("bf16", "fp16"):
-        block = config.get(name) or (config.get("bfloat16") if name == "bf16" else None)
-        if isinstance(block, dict) and block.get("enabled") is True and "precision" not in explicit:
-            values["precision"] = name
-            values.setdefault("_from_config", []).append("precision")
+    enabled = [name for name in ("bf16", "fp16")
+               if isinstance(config.get(name) or (config.get("bfloat16") if name == "bf16" else None), dict)
+               and (config.get(name) or config.get("bfloat16"))["enabled"] is True]
+    if len(enabled) == 2:
+        raise DsdoctorError(f"{path}: bf16 and fp16 are both enabled; DeepSpeed refuses that "
+                            f"(dsdoctor check {path} explains it)")
+    if enabled and "precision" not in explicit:
+        values["precision"] = enabled[0]
+        values.setdefault("_from_config", []).append("precision")
     if not any(isinstance(config.get(n), dict) and config[n].get("enabled") in (True, "auto")
                for n in ("bf16", "fp16", "bfloat16")) and "precision" not in explicit:
         values["precision"] = "fp32"
@@ -89,10 +105,18 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
                         ("stage3_max_live_parameters", "max_live_parameters"), ("sub_group_size", "sub_group_size")):
         value = zero.get(key)
         if option in ("overlap_comm", "contiguous_gradients"):
-            if isinstance(value, bool):
-                values[option] = value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1e15:
+            if value is None or value == "auto":
+                continue
+            if not isinstance(value, bool):
+                raise bad(f"zero_optimization.{key}", value)
+            values[option] = value
+        elif value is not None and value != "auto":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e12:
+                raise bad(f"zero_optimization.{key}", value)
             values[option] = int(value)
+        else:
+            continue
+        values.setdefault("_from_config", []).append(option)
     return values
 
 
@@ -175,7 +199,7 @@ def gpu_memory(option: str | None, gpus_option: int | None) -> tuple[int | None,
         value = float(option)
     except ValueError:
         raise DsdoctorError(f"--gpu-mem must be a number of GiB or auto, got {option!r}") from None
-    if not 0 < value < 100_000:
+    if not 0 < value < 100_000:  # also refuses nan and inf
         raise DsdoctorError(f"--gpu-mem must be a positive number of GiB, got {option}")
     return int(value * GIB), gpus_option or (len(detected) if detected else 1), f"--gpu-mem {option} GiB"
 
@@ -242,6 +266,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                                                               "max_live_parameters", "sub_group_size")}
     if values["zero"] not in (0, 1, 2, 3):
         raise DsdoctorError(f"ZeRO stage must be 0, 1, 2 or 3, got {values['zero']}")
+    if deepspeed and values["offload_param"] != "none" and values["zero"] != 3 and "offload_param" in from_config:
+        raise DsdoctorError(f"{deepspeed} offloads parameters (zero_optimization.offload_param), which DeepSpeed "
+                            f"does only at ZeRO-3, but the stage is {values['zero']}"
+                            + (" (--zero on the command line)" if "zero" in explicit else ""))
     if values["offload_optimizer"] not in ("none", "cpu", "nvme") or values["offload_param"] not in ("none", "cpu", "nvme"):
         raise DsdoctorError("offload devices are none, cpu or nvme")
     gpu_bytes, gpus_per_node, gpu_source = gpu_memory(gpu_mem, gpus)
@@ -281,7 +309,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                "activations": "saved at the start of backward (layer inputs under checkpointing)",
                "checkpoint_recompute": "one layer recomputed in backward",
                "logits_and_loss": "micro x seq x vocab x 12 bytes (fp32 log-softmax and gradients)",
-               "deepspeed_buffers": "ZeRO-3 reduce bucket / offload staging",
+               "deepspeed_buffers": "DeepSpeed's buckets: gradient reduction, ZeRO-3 gathered parameters, offload",
                "allocator_slack": "PyTorch caching allocator (fitted on an H200)",
                "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
     rows = [[term, gib(value), sources.get(term, "")] for term, value in est.terms.items()]
@@ -311,15 +339,19 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                               ["card", "fits", "headroom GiB", "max micro batch"],
                               [[name, "yes" if fits_by_card[name] else "NO", gib(size - est.total),
                                 str(result["max_micro_batch"][name])] for name, size in CARDS.items()]))
-        target = max((size for size in CARDS.values() if size < est.total), default=None)
-        if target is None:
+        too_small = [n.split(" (")[0] for n, f in fits_by_card.items() if not f]
+        ask = "give --gpu-mem GiB (or run where NVML sees the GPUs) for the ranked list of changes"
+        if not too_small:
             report.add(mem.MEM500.finding(f"{gib(est.total)} GiB per GPU: fits every card listed",
                                           title="fits on 24 GiB and up"))
+        elif len(too_small) == len(CARDS):
+            report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: more than any card listed (the largest, "
+                                          f"an H200, has {gib(max(CARDS.values()))} GiB)",
+                                          fix=f"More GPUs with ZeRO-3, offload, or LoRA; {ask}"))
         else:
-            report.add(mem.MEM501.finding(
-                f"{gib(est.total)} GiB per GPU: does not fit "
-                + ", ".join(n.split(' (')[0] for n, f in fits_by_card.items() if not f) + " cards",
-                severity="info", title="does not fit on smaller cards"))
+            report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: does not fit " + ", ".join(too_small)
+                                          + " cards", severity="info", title="does not fit on smaller cards",
+                                          fix=ask))
     else:
         fits = est.total <= gpu_bytes
         result["fits"] = fits
@@ -353,11 +385,12 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
 
     # host RAM
     host_total = int(host_mem * GIB) if host_mem else (_this_host_ram() if gpu_source.endswith("NVML)") else None)
-    if host_total and est.host["offload_per_node"] and est.host["needed_per_node"] > 0.9 * host_total:
+    if host_total and est.host["needed_per_node"] > 0.9 * host_total:
+        offload = (f"{gib(est.host['offload_per_node'])} GiB of offloaded states x {mem.HOST_BUFFER_FACTOR} for "
+                   f"pinned buffers, plus " if est.host["offload_per_node"] else "")
         report.add(mem.MEM504.finding(
-            f"offload needs about {gib(est.host['needed_per_node'])} GiB of host RAM per node "
-            f"({gib(est.host['offload_per_node'])} GiB of states x {mem.HOST_BUFFER_FACTOR} for pinned buffers, "
-            f"plus {gib(est.host['model_load_per_node'])} GiB while each rank loads the model); this node has "
+            f"about {gib(est.host['needed_per_node'])} GiB of host RAM per node ({offload}"
+            f"{gib(est.host['model_load_per_node'])} GiB while the ranks load the model); this node has "
             f"{gib(host_total)} GiB"))
     if arch.max_positions and setup.seq_len > arch.max_positions:
         report.add(mem.MEM505.finding(f"--seq-len {setup.seq_len} > {arch.max_positions} ({arch.source})"))
@@ -366,8 +399,8 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                                       f"(vocabulary {arch.vocab_size:,})"))
     if method == "ptuning" and setup.grad_ckpt:
         report.add(mem.MEM507.finding("--method ptuning with gradient checkpointing on"))
-    for note in notes + est.notes:
-        report.tables.append(("Notes", ["note"], [[note]]))
+    if notes + est.notes:
+        report.tables.append(("Notes", ["note"], [[note] for note in notes + est.notes]))
     result["notes"] = notes + est.notes
 
     if compare:
@@ -402,7 +435,8 @@ def _this_host_ram() -> int | None:
 
 @click.command("estimate")
 @click.option("--model", required=True, metavar="NAME|PATH",
-              help="A registry name (dsdoctor estimate --list) or a local model directory / config.json.")
+              help="A registry name (chatglm-6b, qwen2.5-7b, llama-2-7b, ...: an unknown name lists them all) or a "
+                   "local model directory / config.json.")
 @click.option("--zero", type=click.IntRange(0, 3), default=2, show_default=True, help="ZeRO stage.")
 @click.option("--offload-optimizer", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
 @click.option("--offload-param", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
@@ -433,8 +467,10 @@ def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora
     ctx = click.get_current_context()
     explicit = {name for name in ("zero", "offload_optimizer", "offload_param", "micro_batch", "precision")
                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
-    if host_mem is not None and not host_mem > 0:
+    if host_mem is not None and not 0 < host_mem < 1_000_000:
         raise DsdoctorError(f"--host-mem must be a positive number of GiB, got {host_mem}")
+    if gpus is not None and gpus < 1:
+        raise DsdoctorError(f"--gpus must be at least 1, got {gpus}")
     return run_estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout,
                         freeze_last, prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision,
                         deepspeed, gpu_mem, host_mem, compare, explicit)
