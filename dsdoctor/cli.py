@@ -103,7 +103,8 @@ class DsdoctorGroup(click.Group):
 
 #: command name -> module in dsdoctor/commands holding a click command of that name; imported only when run,
 #: so ``dsdoctor check`` does not pay for ``smoke``'s imports
-COMMANDS = {"check": "dsdoctor.commands.check", "estimate": "dsdoctor.commands.estimate",
+COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
+            "estimate": "dsdoctor.commands.estimate",
             "rules": "dsdoctor.commands.rules",
             "smoke": "dsdoctor.commands.smoke"}
 

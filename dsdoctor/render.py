@@ -57,6 +57,8 @@ def render_markdown(report: Report) -> str:
     for title, columns, body in report.tables:
         lines += ["", f"### {title}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in body]
+    if report.block:
+        lines += ["", f"### {report.block_title}", "", "```"] + report.block + ["```"]
     return "\n".join(lines) + "\n"
 
 
@@ -92,5 +94,9 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
         for row in body:
             extra.add_row(*(escape(c) for c in row))
         console.print(extra)
+    if report.block:
+        console.print(escape(report.block_title), style="bold")
+        for line in report.block:
+            console.print(escape(line), highlight=False)
     counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
     console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")

@@ -59,6 +59,9 @@ class Report:
     #: extra tables for the table and Markdown renderers only: (title, column names, rows of strings); the
     #: same data is in ``result`` for JSON
     tables: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)
+    #: a paste-ready text block (``- key: value`` lines): printed plain in the table view, fenced in Markdown
+    block: list[str] = field(default_factory=list)
+    block_title: str = ""
 
     def add(self, finding: Finding) -> Finding:
         self.findings.append(finding)

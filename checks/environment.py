@@ -1,0 +1,648 @@
+"""Environment checks (``ENV3xx``, and ``NET4xx`` for the distributed variables): the facts of a machine and the
+verdicts on them.
+
+Facts are gathered by :func:`collect` through a :class:`Probe` (environment, executables, NVML), so every rule can
+be tested with controlled inputs; :func:`diagnose` turns facts into findings and never imports anything. The fast
+path imports neither torch nor DeepSpeed: torch's version and CUDA come from ``torch/version.py`` and DeepSpeed's
+build from ``deepspeed/git_version_info_installed.py``, read as files (what ``ds_report`` prints after importing
+both).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+from dsdoctor.report import Finding
+from dsdoctor.rules import rule
+
+GIB = 2 ** 30
+
+# --- rules --------------------------------------------------------------------------------------------------------
+
+ENV300 = rule("ENV300", "ok", "environment looks right", what="No environment rule fired.", why="", fix="",
+              source="dsdoctor env")
+ENV301 = rule(
+    "ENV301", "error", "torch is not installed",
+    what="No importable torch.", why="DeepSpeed, transformers and peft all need it.",
+    fix="pip install torch with the CUDA build matching your driver (https://pytorch.org/get-started/locally/).",
+    source="importlib.util.find_spec('torch')")
+ENV302 = rule(
+    "ENV302", "error", "CPU-only torch on a machine with GPUs",
+    what="torch.version.cuda is None while NVML sees NVIDIA GPUs.",
+    why="Training silently runs on the CPU or DeepSpeed picks the CPU accelerator ('Setting accelerator to CPU').",
+    fix="Reinstall torch from the CUDA index (pip install torch --index-url https://download.pytorch.org/whl/cu124, "
+        "the CUDA version your driver supports).",
+    source="torch/version.py; deepspeed/accelerator/real_accelerator.py")
+ENV303 = rule(
+    "ENV303", "error", "torch's CUDA is newer than the driver supports",
+    what="torch was built for a CUDA version above the highest the NVIDIA driver supports.",
+    why="CUDA initialisation fails ('The NVIDIA driver on your system is too old') or torch.cuda.is_available() "
+        "is False.",
+    fix="Upgrade the driver, or install the torch build for a CUDA version the driver supports.",
+    source="NVML nvmlSystemGetCudaDriverVersion; CUDA minor version compatibility (docs.nvidia.com/deploy/cuda-compatibility)")
+ENV304 = rule(
+    "ENV304", "warning", "nvcc's CUDA major version differs from torch's",
+    what="The CUDA toolkit that will compile DeepSpeed's JIT ops is of another major version than torch's CUDA.",
+    why="torch.utils.cpp_extension refuses the build ('The detected CUDA version ... mismatches the version that "
+        "was used to compile PyTorch') at the first FusedAdam/CPUAdam use, after the model has loaded.",
+    fix="Point CUDA_HOME at a toolkit of torch's CUDA major version (e.g. /usr/local/cuda-12.4), or install the torch "
+        "build for your toolkit.",
+    source="torch/utils/cpp_extension.py _check_cuda_version")
+ENV305 = rule(
+    "ENV305", "warning", "no CUDA toolkit for DeepSpeed's JIT ops",
+    what="torch has CUDA, DeepSpeed's ops are not prebuilt, and neither CUDA_HOME nor nvcc on PATH was found.",
+    why="The first optimizer DeepSpeed builds (FusedAdam, CPUAdam) fails: 'MissingCUDAException: CUDA_HOME does not "
+        "exist, unable to compile CUDA op(s)'.",
+    fix="Install a CUDA toolkit of torch's CUDA version and export CUDA_HOME=/usr/local/cuda-X.Y, or install DeepSpeed "
+        "with prebuilt ops (DS_BUILD_OPS=1 pip install deepspeed).",
+    source="deepspeed/ops/op_builder/builder.py (MissingCUDAException); DeepSpeed issue 2772")
+ENV306 = rule(
+    "ENV306", "warning", "ninja is missing",
+    what="No ninja executable on PATH.", why="DeepSpeed's JIT op builds need it ('JIT compiled ops requires ninja').",
+    fix="pip install ninja", source="deepspeed/env_report.py")
+ENV307 = rule(
+    "ENV307", "error", "TORCH_CUDA_ARCH_LIST has entries DeepSpeed cannot parse",
+    what="An entry of TORCH_CUDA_ARCH_LIST is not MAJOR.MINOR with an optional +PTX (e.g. 9.0a, sm_90, Hopper).",
+    why="DeepSpeed's JIT builder sorts the entries with int(): the FusedAdam build dies at the first optimizer step "
+        "with \"ValueError: invalid literal for int() with base 10: '0a'\" (seen on the H200 image, which sets 9.0a).",
+    fix="export TORCH_CUDA_ARCH_LIST=9.0 (plain MAJOR.MINOR entries, e.g. \"8.0;9.0\")",
+    source="deepspeed/ops/op_builder/builder.py compute_capability_args; shared/FACTS.md")
+ENV308 = rule(
+    "ENV308", "warning", "TORCH_CUDA_ARCH_LIST does not cover the GPUs here",
+    what="No entry of TORCH_CUDA_ARCH_LIST matches a GPU's compute capability (and no lower +PTX entry).",
+    why="JIT-built ops contain no kernel for the GPU: 'no kernel image is available for execution on the device'.",
+    fix="Add the GPUs' capability, e.g. export TORCH_CUDA_ARCH_LIST=\"8.0;9.0\", or unset it to build for the GPUs "
+        "present.",
+    source="deepspeed/ops/op_builder/builder.py; CUDA fatbinary compatibility")
+ENV309 = rule(
+    "ENV309", "error", "DeepSpeed is not installed",
+    what="No deepspeed distribution.", why="Nothing to train with.", fix="pip install deepspeed",
+    source="importlib.metadata")
+ENV310 = rule(
+    "ENV310", "warning", "versions known to break each other",
+    what="An installed combination matches a row of dsdoctor's table of known incompatibilities.",
+    why="Each row is a failure seen in a public report (the source is in the finding).",
+    fix="See the row's fix.", source="checks/environment.py KNOWN_BAD")
+ENV311 = rule(
+    "ENV311", "warning", "GPU memory held by other processes",
+    what="NVML lists processes using a GPU's memory.",
+    why="A leftover run (often a zombie from a killed launcher) makes the next one run out of memory or hang in "
+        "NCCL initialisation.",
+    fix="Stop them (nvidia-smi shows the PIDs; kill PID) or choose other GPUs with CUDA_VISIBLE_DEVICES.",
+    source="NVML nvmlDeviceGetComputeRunningProcesses")
+ENV312 = rule(
+    "ENV312", "warning", "/dev/shm is small",
+    what="The shared-memory filesystem has less than 1 GiB.",
+    why="NCCL's shared-memory transport and DataLoader workers fail in containers with Docker's 64 MB default "
+        "('NCCL WARN Error while creating shared memory segment', 'Bus error').",
+    fix="docker run --shm-size=16g (or --ipc=host); Kubernetes: an emptyDir with medium: Memory on /dev/shm.",
+    source="NCCL troubleshooting: shared memory (docs.nvidia.com/deeplearning/nccl)")
+ENV313 = rule(
+    "ENV313", "info", "locked-memory limit is low",
+    what="ulimit -l (RLIMIT_MEMLOCK) is below 64 GiB and not unlimited.",
+    why="Pinned host memory (ZeRO-Offload's pin_memory, NCCL over InfiniBand) needs locked pages; registration "
+        "fails or falls back to slow paths.",
+    fix="ulimit -l unlimited (docker run --ulimit memlock=-1), or set pin_memory false in the offload blocks.",
+    source="getrlimit(RLIMIT_MEMLOCK); NCCL troubleshooting")
+ENV314 = rule(
+    "ENV314", "error", "CUDA_VISIBLE_DEVICES names GPUs that do not exist",
+    what="An index in CUDA_VISIBLE_DEVICES is not below the number of GPUs NVML sees.",
+    why="CUDA then hides every GPU listed after it; torch sees fewer GPUs than the launcher starts ranks for.",
+    fix="List only existing indices (nvidia-smi -L), or unset CUDA_VISIBLE_DEVICES.",
+    source="CUDA environment variables (docs.nvidia.com/cuda/cuda-c-programming-guide)")
+ENV315 = rule(
+    "ENV315", "warning", "no C++ compiler",
+    what="Neither gcc nor c++ on PATH.", why="DeepSpeed's JIT ops (CPUAdam, the CPU communication op) need one.",
+    fix="apt install build-essential (or your distribution's gcc)", source="torch/utils/cpp_extension.py")
+ENV316 = rule(
+    "ENV316", "info", "libaio is missing",
+    what="No libaio headers/library.", why="DeepSpeed's async_io op (NVMe offload) cannot build.",
+    fix="apt install libaio-dev (only needed for NVMe offload)", source="deepspeed/ops/op_builder/async_io.py")
+ENV317 = rule(
+    "ENV317", "error", "DeepSpeed's prebuilt ops were built for another torch/CUDA",
+    what="DeepSpeed has prebuilt ops, and the torch or CUDA version it recorded at build time differs from the "
+         "installed one.",
+    why="Loading the ops fails with undefined symbols, or DeepSpeed warns and the ops misbehave.",
+    fix="Rebuild DeepSpeed against this torch: DS_BUILD_OPS=1 pip install --no-cache-dir --force-reinstall deepspeed.",
+    source="deepspeed/git_version_info_installed.py torch_info; deepspeed/env_report.py")
+
+ENV318 = rule(
+    "ENV318", "warning", "DeepSpeed ops training needs cannot be built here",
+    what="DeepSpeed's own op builders (as ds_report runs them) report an optimizer op neither prebuilt nor "
+         "JIT-compatible on this machine.",
+    why="The first optimizer DeepSpeed creates (FusedAdam on GPUs, DeepSpeedCPUAdam with offload) fails after the "
+        "model has loaded.",
+    fix="Install what the op needs (ninja; a CUDA toolkit of torch's version with CUDA_HOME set; a C++ compiler), "
+        "or use \"torch_adam\": true in the optimizer params.",
+    source="deepspeed/env_report.py op_report; deepspeed/ops/op_builder/*.py is_compatible")
+ENV319 = rule(
+    "ENV319", "error", "torch cannot use the GPUs",
+    what="torch is a CUDA build and NVML sees GPUs, but torch.cuda.is_available() is False.",
+    why="Driver/runtime mismatch, a container without the GPU devices, or CUDA_VISIBLE_DEVICES hiding them: "
+        "DeepSpeed falls back to the CPU accelerator.",
+    fix="Check nvidia-smi inside the same environment, the container's --gpus flag, and CUDA_VISIBLE_DEVICES.",
+    source="torch.cuda.is_available(); deepspeed/accelerator/real_accelerator.py")
+ENV320 = rule(
+    "ENV320", "warning", "DeepSpeed selects the CPU accelerator on a GPU machine",
+    what="deepspeed.accelerator.get_accelerator() is 'cpu' while NVML sees NVIDIA GPUs.",
+    why="Training runs on the CPU (DeepSpeed logs 'Setting accelerator to CPU'), or DS_ACCELERATOR forces it.",
+    fix="unset DS_ACCELERATOR (or set it to cuda) and make torch see the GPUs (ENV302/ENV319).",
+    source="deepspeed/accelerator/real_accelerator.py")
+
+NET402 = rule(
+    "NET402", "error", "NCCL_SOCKET_IFNAME names no interface here",
+    what="NCCL_SOCKET_IFNAME selects no network interface of this host (or only loopback/docker bridges).",
+    why="NCCL finds no usable interface ('Bootstrap : no socket interface found') or, on lo/docker0, ranks on other "
+        "nodes never connect and the first collective hangs until the timeout.",
+    fix="Set it to the interface the nodes reach each other on (ip -br addr; e.g. NCCL_SOCKET_IFNAME=eth0), or unset it.",
+    source="NCCL environment variables: NCCL_SOCKET_IFNAME (prefix match, ^ excludes, = exact)")
+NET403 = rule(
+    "NET403", "info", "NCCL_DEBUG is on",
+    what="NCCL_DEBUG is INFO or TRACE.", why="Useful for a hang, noisy (and slower) for a long run.",
+    fix="unset NCCL_DEBUG after debugging (WARN is the quiet useful level).", source="NCCL environment variables")
+NET404 = rule(
+    "NET404", "info", "an NCCL transport is disabled",
+    what="NCCL_P2P_DISABLE or NCCL_IB_DISABLE is set to 1.",
+    why="Often copied from an answer about a consumer-GPU hang (RTX 4090 P2P); on NVLink or InfiniBand machines it "
+        "makes every all-reduce go through host memory or TCP.",
+    fix="Unset it unless this machine needs it (dsdoctor nccl measures both ways).", source="NCCL environment variables")
+NET405 = rule(
+    "NET405", "error", "MASTER_ADDR does not resolve",
+    what="MASTER_ADDR is set to a name this host cannot resolve.",
+    why="Every rank fails at rendezvous ('Name or service not known'), or waits until the timeout.",
+    fix="Use the master node's IP address, or add the name to /etc/hosts on every node.",
+    source="torch/distributed/rendezvous.py (env:// init)")
+
+#: Combinations seen failing in public reports: (package, first bad version, first good version, the package it
+#: breaks with, what happens, fix, source). Versions compare numerically on their first three numbers.
+KNOWN_BAD = [
+    ("deepspeed", "0.9.0", "0.9.3", "accelerate",
+     "DeepSpeedConfig checks the batch size before the process group exists, with world size 1: 'Check batch "
+     "related parameters. train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'",
+     "pip install 'deepspeed>=0.9.3' (accelerate and transformers require it since)",
+     "https://github.com/deepspeedai/DeepSpeed/issues/3228; https://github.com/huggingface/transformers/pull/24541"),
+    ("accelerate", "0.23.0", "0.26.0", "deepspeed",
+     "the learning-rate scheduler is stepped once per process: multi-GPU DeepSpeed runs learn more slowly than "
+     "one GPU",
+     "pip install 'accelerate>=0.26' (the change was reverted)",
+     "https://github.com/huggingface/accelerate/pull/2304"),
+]
+
+
+def _v3(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
+
+
+@dataclass
+class Probe:
+    """Where facts come from: the process environment, executables on PATH, NVML. Tests replace the callables."""
+
+    env: dict = field(default_factory=lambda: dict(os.environ))
+    which: Callable[[str], str | None] = shutil.which
+    run: Callable[[list[str]], str | None] = None  # type: ignore[assignment]
+    nvml: Callable[[], dict | None] = None  # type: ignore[assignment]
+
+    def __post_init__(self):
+        if self.run is None:
+            self.run = _run
+        if self.nvml is None:
+            self.nvml = nvml_facts
+
+
+def _run(argv: list[str]) -> str | None:
+    """stdout + stderr of ``argv`` (5 s limit), None when it cannot run."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout + proc.stderr
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _module_file_values(package: str, filename: str) -> dict | None:
+    """Top-level assignments of ``<package>/<filename>`` read as data (the module is not imported)."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+            (node.target if isinstance(node, ast.AnnAssign) else None)
+        if isinstance(target, ast.Name) and node.value is not None:
+            try:
+                values[target.id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return values
+
+
+def nvml_facts() -> dict | None:
+    """Driver, the highest CUDA it supports, and every GPU (NVML); None without NVML or GPUs."""
+    if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")):
+        return None
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+        facts = {"driver": _s(pynvml.nvmlSystemGetDriverVersion()), "driver_cuda": f"{cuda // 1000}.{cuda % 1000 // 10}",
+                 "gpus": []}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+            gpu = {"index": i, "name": _s(pynvml.nvmlDeviceGetName(h)), "memory_total": int(mem.total),
+                   "memory_used": int(mem.used), "capability": f"{major}.{minor}", "bf16": major >= 8,
+                   "processes": []}
+            for getter, key in ((pynvml.nvmlDeviceGetPersistenceMode, "persistence"),
+                                (lambda d: pynvml.nvmlDeviceGetTotalEccErrors(
+                                    d, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC),
+                                 "ecc_uncorrected"),
+                                (pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, "throttle_reasons")):
+                try:
+                    gpu[key] = int(getter(h))
+                except pynvml.NVMLError:
+                    gpu[key] = None
+            try:
+                for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    gpu["processes"].append({"pid": int(proc.pid), "used": int(proc.usedGpuMemory or 0)})
+            except pynvml.NVMLError:
+                pass
+            facts["gpus"].append(gpu)
+        return facts
+    except pynvml.NVMLError:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _s(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _cuda_of(text: str | None) -> str | None:
+    found = re.search(r"release (\d+\.\d+)", text or "")
+    return found.group(1) if found else None
+
+
+def _interfaces() -> list[str]:
+    try:
+        return sorted(name for _, name in socket.if_nameindex())
+    except OSError:
+        return []
+
+
+def deep_facts() -> dict:
+    """What only importing torch and DeepSpeed tells (``dsdoctor env --deep``): whether torch can use CUDA, cuDNN,
+    the C++ ABI, the NCCL torch really loads, and each DeepSpeed op's compatibility as ``ds_report`` probes it."""
+    facts: dict[str, Any] = {}
+    try:
+        import torch
+    except ImportError:
+        return {"torch_importable": False}
+    facts["torch_importable"] = True
+    facts["cuda_available"] = bool(torch.cuda.is_available())
+    facts["device_count"] = torch.cuda.device_count() if facts["cuda_available"] else 0
+    facts["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    facts["cxx11_abi"] = bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", False))
+    try:
+        facts["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version()) if torch.version.cuda else None
+    except Exception:  # noqa: BLE001 - a CPU build has no NCCL
+        facts["nccl"] = None
+    try:
+        import io
+        from contextlib import redirect_stdout
+
+        with redirect_stdout(io.StringIO()):
+            from deepspeed.accelerator import get_accelerator
+            from deepspeed.ops.op_builder.all_ops import ALL_OPS
+
+            facts["deepspeed_accelerator"] = get_accelerator()._name
+            facts["deepspeed_ops_compatible"] = {name: bool(builder.is_compatible(False))
+                                                 for name, builder in sorted(ALL_OPS.items())}
+    except Exception as exc:  # noqa: BLE001 - DeepSpeed missing or broken: reported as a fact
+        facts["deepspeed_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return facts
+
+
+def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions", "toolchain", "gpu", "host",
+                                                                    "network"), output_dir: str = ".",
+            deep: bool = False) -> dict:
+    """Facts by section (JSON-serialisable). Slow probes (nvcc, gcc, ninja, NVML) run concurrently; ``deep`` adds
+    :func:`deep_facts` (imports torch and DeepSpeed)."""
+    probe = probe or Probe()
+    env = probe.env
+    facts: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        nvcc_path = (os.path.join(env["CUDA_HOME"], "bin", "nvcc") if env.get("CUDA_HOME") and
+                     os.path.exists(os.path.join(env["CUDA_HOME"], "bin", "nvcc")) else probe.which("nvcc"))
+        futures = {
+            "nvcc": pool.submit(probe.run, [nvcc_path, "--version"]) if nvcc_path and "toolchain" in sections else None,
+            "gcc": pool.submit(probe.run, [probe.which("gcc") or "gcc", "--version"])
+            if "toolchain" in sections and probe.which("gcc") else None,
+            "ninja": pool.submit(probe.run, [probe.which("ninja"), "--version"])
+            if "toolchain" in sections and probe.which("ninja") else None,
+            "nvml": pool.submit(probe.nvml) if ({"gpu", "toolchain", "versions"} & set(sections)) else None,
+        }
+        if "versions" in sections:
+            torch_version = _module_file_values("torch", "version.py")
+            ds_build = _module_file_values("deepspeed", "git_version_info_installed.py")
+            facts["versions"] = {
+                "python": platform.python_version(), "platform": platform.platform(),
+                "torch": torch_version.get("__version__") if torch_version else None,
+                "torch_cuda": torch_version.get("cuda") if torch_version else None,
+                "deepspeed": _version("deepspeed"),
+                "deepspeed_prebuilt_ops": sorted(k for k, v in (ds_build or {}).get("installed_ops", {}).items() if v),
+                "deepspeed_built_with": (ds_build or {}).get("torch_info"),
+                "transformers": _version("transformers"), "peft": _version("peft"),
+                "accelerate": _version("accelerate"), "nvidia-ml-py": _version("nvidia-ml-py"),
+                "cudnn_wheel": next((v for d in ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
+                                     if (v := _version(d))), None),
+                "nccl_wheel": next((v for d in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+                                    if (v := _version(d))), None),
+            }
+        nvml = futures["nvml"].result() if futures["nvml"] else None
+        if "toolchain" in sections:
+            facts["toolchain"] = {
+                "CUDA_HOME": env.get("CUDA_HOME"), "nvcc": nvcc_path,
+                "nvcc_cuda": _cuda_of(futures["nvcc"].result()) if futures["nvcc"] else None,
+                "gcc": ((futures["gcc"].result() or "").splitlines() or [None])[0] if futures["gcc"] else None,
+                "ninja": (futures["ninja"].result() or "").strip() or None if futures["ninja"] else None,
+                "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
+                "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
+            }
+    if "gpu" in sections or "versions" in sections:
+        facts["gpu"] = {"nvml": nvml is not None, "driver": (nvml or {}).get("driver"),
+                        "driver_cuda": (nvml or {}).get("driver_cuda"), "gpus": (nvml or {}).get("gpus", []),
+                        "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES")}
+    if "host" in sections:
+        import resource
+
+        shm = _statvfs_bytes("/dev/shm")
+        memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+        facts["host"] = {"hostname": socket.gethostname(), "cores": os.cpu_count(), "ram": _meminfo("MemTotal"),
+                         "dev_shm": shm, "memlock": None if memlock == resource.RLIM_INFINITY else memlock,
+                         "output_dir": output_dir, "output_dir_free": _free_bytes(output_dir)}
+    if "network" in sections:
+        facts["network"] = {k: env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG",
+                                                     "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT",
+                                                     "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
+        facts["network"]["interfaces"] = _interfaces()
+    if deep:
+        facts["deep"] = deep_facts()
+    return facts
+
+
+def _statvfs_bytes(path: str) -> int | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def _free_bytes(path: str) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def _meminfo(key: str) -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _major(version: str | None) -> int | None:
+    found = re.match(r"(\d+)", version or "")
+    return int(found.group(1)) if found else None
+
+
+def _vtuple(version: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", version or "")[:2])
+
+
+def arch_list_problems(value: str) -> tuple[list[str], list[str]]:
+    """(entries DeepSpeed's JIT builder cannot parse, the parsed MAJOR.MINOR entries), split as
+    ``compute_capability_args`` does (``;`` or whitespace)."""
+    entries = [e.strip() for e in value.replace(" ", ";").split(";") if e.strip()]
+    bad = [e for e in entries if not re.fullmatch(r"\d+\.\d+(\+PTX)?", e)]
+    return bad, [e for e in entries if e not in bad]
+
+
+def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Finding]:
+    """Findings for ``facts`` (from :func:`collect`, or a saved ``dsdoctor env --json`` result). ``env`` holds the
+    distributed variables; ``live`` is False for saved facts (no port or name lookups on this machine then)."""
+    from dsdoctor.checks.network import master_port_finding
+
+    out: list[Finding] = []
+    v, tc, gpu = facts.get("versions"), facts.get("toolchain"), facts.get("gpu") or {}
+    host, net = facts.get("host"), facts.get("network")
+    gpus = gpu.get("gpus") or []
+    if v is not None:
+        if not v.get("torch"):
+            out.append(ENV301.finding("torch: not found"))
+        elif gpus and not v.get("torch_cuda"):
+            out.append(ENV302.finding(f"torch {v['torch']} (torch.version.cuda None); NVML: {len(gpus)} x "
+                                      f"{gpus[0]['name']}"))
+        if v.get("torch_cuda") and gpu.get("driver_cuda") and \
+                _vtuple(v["torch_cuda"])[:1] > _vtuple(gpu["driver_cuda"])[:1]:
+            out.append(ENV303.finding(f"torch {v['torch']} is built for CUDA {v['torch_cuda']}; driver "
+                                      f"{gpu.get('driver')} supports CUDA up to {gpu['driver_cuda']}"))
+        if not v.get("deepspeed"):
+            out.append(ENV309.finding("deepspeed: not found"))
+        built = v.get("deepspeed_built_with") or {}
+        if v.get("deepspeed_prebuilt_ops") and v.get("torch") and built.get("version") not in (None, "0.0") and \
+                _vtuple(built.get("version")) != _vtuple(v["torch"]):
+            out.append(ENV317.finding(f"prebuilt ops {', '.join(v['deepspeed_prebuilt_ops'])} built with torch "
+                                      f"{built.get('version')} / CUDA {built.get('cuda_version')}; installed torch "
+                                      f"{v['torch']} / CUDA {v.get('torch_cuda')}"))
+        for pkg, first_bad, first_good, other, what, fix, source in KNOWN_BAD:
+            have, have_other = v.get(pkg), v.get(other)
+            if have and have_other and _v3(first_bad) <= _v3(have) < _v3(first_good):
+                found = ENV310.finding(f"{pkg} {have} with {other} {have_other}: {what}", fix=fix)
+                out.append(replace(found, source=source))
+    if tc is not None:
+        cuda_torch = (v or {}).get("torch_cuda")
+        jit = not (v or {}).get("deepspeed_prebuilt_ops")
+        if cuda_torch and tc.get("nvcc_cuda") and _major(tc["nvcc_cuda"]) != _major(cuda_torch):
+            out.append(ENV304.finding(f"nvcc ({tc.get('nvcc')}) is CUDA {tc['nvcc_cuda']}; torch is built for CUDA "
+                                      f"{cuda_torch}"))
+        if cuda_torch and jit and (v or {}).get("deepspeed") and not tc.get("nvcc"):
+            out.append(ENV305.finding(f"torch CUDA {cuda_torch}; CUDA_HOME={tc.get('CUDA_HOME') or '(unset)'}; "
+                                      f"no nvcc on PATH; DeepSpeed ops prebuilt: none"))
+        if not tc.get("ninja") and (v or {}).get("deepspeed"):
+            out.append(ENV306.finding("ninja: not on PATH"))
+        if not tc.get("gcc"):
+            out.append(ENV315.finding("gcc: not on PATH"))
+        if not tc.get("libaio"):
+            out.append(ENV316.finding("libaio.h: not found in /usr/include or /usr/local/include"))
+        arch = tc.get("TORCH_CUDA_ARCH_LIST")
+        if arch:
+            bad, good = arch_list_problems(arch)
+            if bad:
+                out.append(ENV307.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}: {', '.join(repr(b) for b in bad)}",
+                                          fix="export TORCH_CUDA_ARCH_LIST=" + ";".join(
+                                              sorted({re.sub(r"[^0-9.].*$", "", b) for b in bad if
+                                                      re.match(r"\d+\.\d+", b)} | set(good))) if any(
+                                              re.match(r"\d+\.\d+", b) for b in bad) else ENV307.fix))
+            caps = sorted({g["capability"] for g in gpus})
+            covered = [c for c in caps if any(e.split("+")[0] == c or (e.endswith("+PTX") and
+                                                                        _vtuple(e) <= _vtuple(c)) for e in good)]
+            if caps and good and len(covered) < len(caps):
+                out.append(ENV308.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}; GPUs here: compute capability "
+                                          f"{', '.join(caps)}"))
+    deep = facts.get("deep")
+    if deep:
+        prebuilt = set((v or {}).get("deepspeed_prebuilt_ops") or [])
+        ops = deep.get("deepspeed_ops_compatible") or {}
+        accel = deep.get("deepspeed_accelerator")
+        wanted = ("fused_adam", "cpu_adam") if accel != "cpu" else ("cpu_adam",)
+        broken = [op for op in wanted if op in ops and not ops[op] and op not in prebuilt]
+        if broken:
+            out.append(ENV318.finding(f"not prebuilt and not JIT-compatible here: {', '.join(broken)} "
+                                      f"(accelerator {accel})"))
+        if gpus and (v or {}).get("torch_cuda") and deep.get("cuda_available") is False:
+            out.append(ENV319.finding(f"torch {(v or {}).get('torch')}: torch.cuda.is_available() is False; NVML: "
+                                      f"{len(gpus)} GPU(s)"))
+        if gpus and accel == "cpu":
+            out.append(ENV320.finding(f"get_accelerator() is cpu; NVML: {len(gpus)} x {gpus[0]['name']}"))
+    if gpus:
+        busy = [(g["index"], p) for g in gpus for p in g.get("processes", [])]
+        if busy:
+            shown = ", ".join(f"GPU {i}: PID {p['pid']} ({p['used'] / GIB:.1f} GiB)" for i, p in busy[:8])
+            out.append(ENV311.finding(shown))
+        visible = gpu.get("CUDA_VISIBLE_DEVICES")
+        if visible and visible.strip():
+            indices = [x.strip() for x in visible.split(",") if x.strip()]
+            missing = [x for x in indices if x.isdigit() and int(x) >= len(gpus)]
+            if missing:
+                out.append(ENV314.finding(f"CUDA_VISIBLE_DEVICES={visible}; NVML sees {len(gpus)} GPU(s)"))
+    if host is not None:
+        if host.get("dev_shm") is not None and host["dev_shm"] < GIB:
+            out.append(ENV312.finding(f"/dev/shm: {host['dev_shm'] / 2 ** 20:.0f} MiB"))
+        if host.get("memlock") is not None and host["memlock"] < 64 * GIB:
+            out.append(ENV313.finding(f"ulimit -l: {host['memlock'] // 1024} KiB"))
+    if net is not None:
+        ifname = net.get("NCCL_SOCKET_IFNAME")
+        if ifname:
+            out.extend(_ifname_findings(ifname, net.get("interfaces") or []))
+        if (net.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
+            out.append(NET403.finding(f"NCCL_DEBUG={net['NCCL_DEBUG']}"))
+        disabled = [k for k in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE") if (net.get(k) or "").strip() == "1"]
+        if disabled:
+            out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
+        if live:
+            addr = net.get("MASTER_ADDR")
+            if addr:
+                try:
+                    socket.getaddrinfo(addr, None)
+                except (OSError, UnicodeError):
+                    out.append(NET405.finding(f"MASTER_ADDR={addr!r} does not resolve on {socket.gethostname()}"))
+            found = master_port_finding({"MASTER_PORT": net.get("MASTER_PORT") or ""})
+            if found:
+                out.append(found)
+    return out
+
+
+def _ifname_findings(value: str, interfaces: list[str]) -> list[Finding]:
+    """NET402 for an NCCL_SOCKET_IFNAME that selects nothing, or only lo / docker bridges. NCCL's syntax: a
+    comma-separated list of prefixes; ``^`` excludes; ``=`` matches exactly."""
+    exclude = value.startswith("^")
+    body = value[1:] if exclude else value
+    exact = body.startswith("=")
+    names = [n.strip() for n in (body[1:] if exact else body).split(",") if n.strip()]
+
+    def matches(iface: str) -> bool:
+        return any(iface == n if exact else iface.startswith(n) for n in names)
+
+    selected = [i for i in interfaces if (not matches(i)) == exclude]
+    if not interfaces:
+        return []
+    if not selected:
+        return [NET402.finding(f"NCCL_SOCKET_IFNAME={value}; interfaces here: {', '.join(interfaces)}")]
+    if all(i == "lo" or i.startswith(("docker", "virbr", "veth")) for i in selected):
+        return [NET402.finding(f"NCCL_SOCKET_IFNAME={value} selects only {', '.join(selected)}", severity="warning",
+                               title="NCCL_SOCKET_IFNAME selects only loopback or container bridges")]
+    return []
+
+
+def paste_block(facts: dict) -> list[tuple[str, str]]:
+    """The ``- key: value`` lines for a bug report, in a stable order (``accelerate env`` style)."""
+    rows: list[tuple[str, str]] = []
+    v = facts.get("versions") or {}
+    for key in ("python", "platform", "torch", "torch_cuda", "deepspeed", "transformers", "peft", "accelerate",
+                "nvidia-ml-py", "cudnn_wheel", "nccl_wheel"):
+        if key in v:
+            rows.append((key, str(v[key])))
+    if v:
+        rows.append(("deepspeed_prebuilt_ops", ", ".join(v.get("deepspeed_prebuilt_ops") or []) or "none (JIT)"))
+    for key, value in (facts.get("toolchain") or {}).items():
+        rows.append((key, str(value)))
+    gpu = facts.get("gpu") or {}
+    if gpu:
+        rows.append(("driver", f"{gpu.get('driver')} (CUDA {gpu.get('driver_cuda')})" if gpu.get("nvml") else
+                     "no NVML / no NVIDIA GPU"))
+        for g in gpu.get("gpus", []):
+            rows.append((f"gpu{g['index']}", f"{g['name']}, {g['memory_total'] / GIB:.1f} GiB, "
+                                             f"cc {g['capability']}, {len(g.get('processes', []))} process(es)"))
+        rows.append(("CUDA_VISIBLE_DEVICES", str(gpu.get("CUDA_VISIBLE_DEVICES"))))
+    host = facts.get("host") or {}
+    for key in ("cores", "ram", "dev_shm", "memlock", "output_dir_free"):
+        if key in host:
+            value = host[key]
+            if isinstance(value, int) and key != "cores":
+                rows.append((key, f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / 2 ** 20:.0f} MiB"))
+            else:
+                rows.append((key, "unlimited" if key == "memlock" and value is None else str(value)))
+    for key, value in (facts.get("deep") or {}).items():
+        if key == "deepspeed_ops_compatible":
+            rows.append(("deepspeed_ops_jit_compatible", ", ".join(k for k, ok in value.items() if ok) or "none"))
+        else:
+            rows.append((key, str(value)))
+    for key, value in (facts.get("network") or {}).items():
+        if key == "interfaces":
+            rows.append((key, ", ".join(value)))
+        elif value is not None:
+            rows.append((key, str(value)))
+    return rows

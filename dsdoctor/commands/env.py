@@ -1,0 +1,80 @@
+"""``dsdoctor env``: the environment as facts to paste into a bug report, and a verdict with a fix for each problem.
+
+The facts and the rules are :mod:`dsdoctor.checks.environment` (``ENV3xx``; ``NET4xx`` for the distributed
+variables). Nothing here imports torch or DeepSpeed: a report in a few hundredths of a second where ``ds_report``
+takes seconds, and it works with neither installed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dsdoctor.cli import report_command
+from dsdoctor.report import DsdoctorError, Report
+
+SECTIONS = ("versions", "toolchain", "gpu", "host", "network")
+
+
+def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool = False) -> Report:
+    """The body of ``dsdoctor env``. Raises DsdoctorError for an unknown section or an unreadable ``--from``."""
+    from dsdoctor.checks import environment as envcheck
+
+    sections = SECTIONS
+    if only:
+        sections = tuple(s.strip() for s in only.split(",") if s.strip())
+        unknown = [s for s in sections if s not in SECTIONS]
+        if unknown or not sections:
+            raise DsdoctorError(f"--only {only}: sections are {', '.join(SECTIONS)}")
+    if from_file:
+        try:
+            data = json.loads(Path(from_file).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise DsdoctorError(f"--from {from_file}: cannot read it ({exc.strerror})") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise DsdoctorError(f"--from {from_file}: not valid JSON") from None
+        facts = data.get("result", {}).get("facts") if isinstance(data, dict) else None
+        if not isinstance(facts, dict) or not all(isinstance(facts.get(s, {}), dict) for s in SECTIONS):
+            raise DsdoctorError(f"--from {from_file}: not a `dsdoctor env --json` report (no result.facts)")
+        facts = {s: facts[s] for s in sections + ("deep",) if s in facts}
+        try:
+            findings = envcheck.diagnose(facts, live=False)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DsdoctorError(f"--from {from_file}: facts of an unexpected shape ({type(exc).__name__}: {exc})") \
+                from None
+    else:
+        if not Path(output_dir).is_dir():
+            raise DsdoctorError(f"--output-dir {output_dir}: not a directory")
+        facts = envcheck.collect(sections=sections, output_dir=output_dir, deep=deep)
+        findings = envcheck.diagnose(facts)
+    report = Report("env", result={"facts": facts, "sections": list(sections)})
+    for finding in findings:
+        report.add(finding)
+    if not any(f.severity in ("error", "warning") for f in findings):
+        report.add(envcheck.ENV300.finding(f"checked: {', '.join(sections)}"))
+    rows = envcheck.paste_block(facts)
+    report.block = [f"- {key}: {value}" for key, value in rows]
+    report.block_title = "Environment (paste into a bug report)" + (f", from {from_file}" if from_file else "")
+    report.result["paste_block"] = report.block
+    return report
+
+
+@click.command("env")
+@click.option("--only", default=None, metavar="SECTIONS",
+              help=f"Comma-separated sections to check: {', '.join(SECTIONS)} (default: all).")
+@click.option("--from", "from_file", default=None, metavar="REPORT.json",
+              help="Diagnose the facts of a saved `dsdoctor env --json` report (e.g. from a user's machine).")
+@click.option("--output-dir", default=".", show_default=True, metavar="DIR",
+              help="Where checkpoints will go (its free disk is reported).")
+@click.option("--deep", is_flag=True,
+              help="Also import torch and DeepSpeed: CUDA usable, cuDNN, ABI, NCCL, each op's compatibility.")
+@report_command
+def env(only, from_file, output_dir, deep) -> Report:
+    """Versions, CUDA toolchain, GPUs, host and distributed variables: facts and a verdict with a fix for each
+    problem."""
+    if deep and from_file:
+        raise DsdoctorError("--deep probes this machine; --from diagnoses a saved report (its deep facts are used "
+                            "when it has them)")
+    return run_env(only, from_file, output_dir, deep)

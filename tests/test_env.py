@@ -1,0 +1,219 @@
+"""`dsdoctor env`: facts equal to what is installed, each rule on controlled inputs (facts, environment variables,
+a fake nvcc on PATH), TORCH_CUDA_ARCH_LIST against DeepSpeed's own op builder, --from, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+from click.testing import CliRunner
+
+from dsdoctor.checks.environment import Probe, arch_list_problems, collect, diagnose
+from dsdoctor.cli import cli
+
+GIB = 2 ** 30
+H200 = {"index": 0, "name": "NVIDIA H200", "memory_total": 143771 * 2 ** 20, "memory_used": 0, "capability": "9.0",
+        "bf16": True, "processes": []}
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+def ids(facts, **kw):
+    return sorted(f.id for f in diagnose(facts, **kw))
+
+
+def test_facts_are_the_installed_versions():
+    import torch
+
+    facts = collect(sections=("versions",))["versions"]
+    assert facts["torch"] == torch.__version__ and facts["torch_cuda"] == torch.version.cuda
+    for dist in ("deepspeed", "transformers", "peft", "accelerate"):
+        assert facts[dist] == metadata.version(dist)
+    import deepspeed.git_version_info as info
+
+    assert facts["deepspeed_prebuilt_ops"] == sorted(k for k, v in info.installed_ops.items() if v)
+
+
+def test_no_torch_or_deepspeed_import_and_fast():
+    code = ("import sys, time; t = time.time(); from click.testing import CliRunner; from dsdoctor.cli import cli; "
+            "r = CliRunner().invoke(cli, ['env', '--json', '-']); assert r.exit_code in (0, 1), r.output; "
+            "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("value", ["9.0", "8.0;9.0", "7.0 8.0 9.0+PTX", "9.0a", "sm_90", "Hopper", "9", "9.0,8.0",
+                                   "8.6+PTX;9.0a"])
+def test_arch_list_verdict_equals_deepspeeds_builder(value, monkeypatch):
+    """DeepSpeed's own JIT builder (compute_capability_args, as FusedAdam calls it) raises exactly on the lists
+    ENV307 flags."""
+    import importlib
+
+    # the CUDA builder itself (deepspeed.ops.op_builder resolves to the CPU accelerator's builders here)
+    FusedAdamBuilder = importlib.import_module("deepspeed.ops.op_builder.fused_adam").FusedAdamBuilder
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", value)
+    builder = FusedAdamBuilder()
+    builder.jit_mode = True
+    try:
+        builder.compute_capability_args()
+        deepspeed_ok = True
+    except (ValueError, IndexError):
+        deepspeed_ok = False
+    bad, _ = arch_list_problems(value)
+    assert (not bad) == deepspeed_ok
+
+
+def test_env307_on_the_h200_images_arch_list():
+    facts = {"toolchain": {"TORCH_CUDA_ARCH_LIST": "9.0a", "nvcc": "/usr/local/cuda/bin/nvcc", "gcc": "gcc 12",
+                           "ninja": "1.11", "libaio": True}, "gpu": {"gpus": [H200]}}
+    found = [f for f in diagnose(facts) if f.id == "ENV307"]
+    assert found and found[0].severity == "error" and found[0].fix == "export TORCH_CUDA_ARCH_LIST=9.0"
+    facts["toolchain"]["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    assert ids(facts) == []
+    facts["toolchain"]["TORCH_CUDA_ARCH_LIST"] = "8.0"  # no kernel for the H200's 9.0
+    assert ids(facts) == ["ENV308"]
+    facts["toolchain"]["TORCH_CUDA_ARCH_LIST"] = "8.0+PTX"  # PTX of a lower arch is JIT-compiled by the driver
+    assert ids(facts) == []
+
+
+def test_cuda_versions_against_driver_and_toolkit():
+    versions = {"torch": "2.5.1+cu124", "torch_cuda": "12.4", "deepspeed": "0.16.0", "deepspeed_prebuilt_ops": []}
+    toolchain = {"nvcc": "/usr/local/cuda/bin/nvcc", "nvcc_cuda": "11.8", "gcc": "gcc", "ninja": "1.11",
+                 "libaio": True}
+    gpu = {"nvml": True, "driver": "470.82", "driver_cuda": "11.4", "gpus": [dict(H200, capability="8.0")]}
+    assert ids({"versions": versions, "toolchain": toolchain, "gpu": gpu}) == ["ENV303", "ENV304"]
+    toolchain.update(nvcc=None, nvcc_cuda=None, CUDA_HOME=None)  # DeepSpeed issue 2772: no toolkit at all
+    gpu.update(driver="550.54", driver_cuda="12.4")
+    assert ids({"versions": versions, "toolchain": toolchain, "gpu": gpu}) == ["ENV305"]
+    versions["deepspeed_prebuilt_ops"] = ["fused_adam"]  # prebuilt ops need no toolkit
+    versions["deepspeed_built_with"] = {"version": "2.5", "cuda_version": "12.4"}
+    assert ids({"versions": versions, "toolchain": toolchain, "gpu": gpu}) == []
+    versions["deepspeed_built_with"] = {"version": "2.1", "cuda_version": "12.1"}
+    assert ids({"versions": versions, "toolchain": toolchain, "gpu": gpu}) == ["ENV317"]
+    versions.update(torch="2.5.1+cpu", torch_cuda=None)
+    assert "ENV302" in ids({"versions": versions, "gpu": gpu})
+
+
+def test_fake_nvcc_on_path_is_read(tmp_path):
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 11.8, V11.8.89'\n")
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    probe = Probe(env={"PATH": str(tmp_path)}, which=lambda name: str(nvcc) if name == "nvcc" else None,
+                  nvml=lambda: None)
+    toolchain = collect(probe, sections=("toolchain",))["toolchain"]
+    assert toolchain["nvcc"] == str(nvcc) and toolchain["nvcc_cuda"] == "11.8"
+    assert toolchain["gcc"] is None and toolchain["ninja"] is None
+
+
+def test_gpus_processes_visible_devices_shm_memlock():
+    gpu = {"gpus": [dict(H200, processes=[{"pid": 4242, "used": 30 * GIB}]), dict(H200, index=1)],
+           "CUDA_VISIBLE_DEVICES": "0,1,2"}
+    found = {f.id: f for f in diagnose({"gpu": gpu, "host": {"dev_shm": 64 * 2 ** 20, "memlock": 64 * 1024}})}
+    assert sorted(found) == ["ENV311", "ENV312", "ENV313", "ENV314"]
+    assert "PID 4242 (30.0 GiB)" in found["ENV311"].evidence
+    assert "/dev/shm: 64 MiB" in found["ENV312"].evidence
+
+
+def test_known_bad_versions():
+    base = {"torch": "2.0.0", "torch_cuda": "11.7"}
+    assert ids({"versions": {**base, "deepspeed": "0.9.0", "accelerate": "0.18.0"}}) == ["ENV310"]
+    assert ids({"versions": {**base, "deepspeed": "0.9.3", "accelerate": "0.18.0"}}) == []
+    assert ids({"versions": {**base, "deepspeed": "0.12.6", "accelerate": "0.23.0"}}) == ["ENV310"]
+    assert ids({"versions": {**base, "deepspeed": "0.12.6", "accelerate": "0.26.1"}}) == []
+
+
+def test_network_variables(monkeypatch):
+    net = {"NCCL_SOCKET_IFNAME": "ens5", "interfaces": ["eth0", "lo"], "NCCL_DEBUG": "INFO",
+           "NCCL_P2P_DISABLE": "1", "MASTER_ADDR": "no-such-host.invalid"}
+    found = {f.id: f for f in diagnose({"network": net})}
+    assert sorted(found) == ["NET402", "NET403", "NET404", "NET405"]
+    assert found["NET402"].severity == "error"
+    net = {"NCCL_SOCKET_IFNAME": "lo", "interfaces": ["eth0", "lo"]}
+    assert [(f.id, f.severity) for f in diagnose({"network": net})] == [("NET402", "warning")]
+    for ok in ("eth", "^lo,docker", "=eth0"):
+        assert ids({"network": {"NCCL_SOCKET_IFNAME": ok, "interfaces": ["eth0", "lo", "docker0"]}}) == []
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert ids({"network": {"MASTER_PORT": str(port), "interfaces": []}}) == ["NET401"]
+        assert ids({"network": {"MASTER_PORT": str(port), "interfaces": []}}, live=False) == []
+
+
+def test_command_json_markdown_only_and_from(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0a")
+    result = runner.invoke(cli, ["env", "--json", "-"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and "ENV307" in [f["id"] for f in data["findings"]]
+    assert set(data["result"]["facts"]) == {"versions", "toolchain", "gpu", "host", "network"}
+    assert "- TORCH_CUDA_ARCH_LIST: 9.0a" in data["result"]["paste_block"]
+    saved = tmp_path / "env.json"
+    saved.write_text(result.stdout)
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
+    assert runner.invoke(cli, ["env"]).exit_code == 0
+    result = runner.invoke(cli, ["env", "--from", str(saved), "--format", "markdown"])
+    assert result.exit_code == 1 and "ENV307" in result.stdout  # the saved machine's facts, not this one's
+    assert "```\n- python:" in result.stdout
+    result = runner.invoke(cli, ["env", "--only", "gpu,versions", "--json", "-"])
+    assert set(json.loads(result.stdout)["result"]["facts"]) == {"versions", "gpu"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--only", "gpus"], "sections are versions, toolchain, gpu, host, network"),
+    (["--from", "/no/such.json"], "cannot read it"),
+    (["--output-dir", "/no/such/dir"], "not a directory"),
+])
+def test_bad_input(runner, args, message):
+    result = runner.invoke(cli, ["env", *args])
+    assert result.exit_code == 2 and message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_from_rejects_other_reports(runner, tmp_path):
+    other = tmp_path / "x.json"
+    other.write_text(json.dumps({"command": "check", "result": {}}))
+    result = runner.invoke(cli, ["env", "--from", str(other)])
+    assert result.exit_code == 2 and "not a `dsdoctor env --json` report" in result.stderr
+    other.write_text("{broken")
+    assert "not valid JSON" in runner.invoke(cli, ["env", "--from", str(other)]).stderr
+
+
+def test_real_environment_is_clean_enough():
+    """This machine (and CI): no GPU, CPU torch, DeepSpeed JIT with gcc and ninja: no error, no warning from the
+    toolchain (libaio and the memlock limit are information only)."""
+    findings = diagnose(collect(Probe(env={k: v for k, v in os.environ.items()
+                                          if not k.startswith(("NCCL_", "MASTER_", "TORCH_CUDA"))})))
+    assert not [f for f in findings if f.severity in ("error", "warning") and f.id.startswith("ENV30")]
+
+
+def test_deep_facts_on_this_machine(runner):
+    import torch
+
+    result = runner.invoke(cli, ["env", "--deep", "--only", "versions", "--json", "-"])
+    deep = json.loads(result.stdout)["result"]["facts"]["deep"]
+    assert deep["cuda_available"] is torch.cuda.is_available() and deep["deepspeed_accelerator"] == "cpu"
+    assert deep["cxx11_abi"] is bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert deep["deepspeed_ops_compatible"]["cpu_adam"] is True  # gcc and ninja are here
+    assert runner.invoke(cli, ["env", "--deep", "--from", "x.json"]).exit_code == 2
+
+
+def test_deep_rules():
+    gpu = {"gpus": [H200]}
+    versions = {"torch": "2.5.1+cu124", "torch_cuda": "12.4", "deepspeed": "0.16.0", "deepspeed_prebuilt_ops": []}
+    deep = {"cuda_available": False, "deepspeed_accelerator": "cpu",
+            "deepspeed_ops_compatible": {"cpu_adam": False, "fused_adam": True}}
+    assert ids({"versions": versions, "gpu": gpu, "deep": deep}) == ["ENV318", "ENV319", "ENV320"]
+    deep = {"cuda_available": True, "deepspeed_accelerator": "cuda",
+            "deepspeed_ops_compatible": {"cpu_adam": True, "fused_adam": False}}
+    found = diagnose({"versions": versions, "gpu": gpu, "deep": deep})
+    assert [f.id for f in found] == ["ENV318"] and "fused_adam" in found[0].evidence
+    versions["deepspeed_prebuilt_ops"] = ["fused_adam"]
+    assert ids({"versions": versions, "gpu": gpu, "deep": deep}) == []
