@@ -159,6 +159,31 @@ ENV320 = rule(
     fix="unset DS_ACCELERATOR (or set it to cuda) and make torch see the GPUs (ENV302/ENV319).",
     source="deepspeed/accelerator/real_accelerator.py")
 
+ENV321 = rule(
+    "ENV321", "warning", "RTX 40-series GPUs with NCCL peer-to-peer on",
+    what="Two or more GeForce RTX 40xx GPUs and NCCL_P2P_DISABLE is not 1.",
+    why="These cards do not support peer-to-peer between GPUs, yet NCCL may try it: multi-GPU runs hang forever in "
+        "the first collective (inside deepspeed.initialize) with no error.",
+    fix="export NCCL_P2P_DISABLE=1 (and NCCL_IB_DISABLE=1 on machines without InfiniBand)",
+    source="https://github.com/deepspeedai/DeepSpeed/issues/4433 (reporter-confirmed fix)")
+ENV322 = rule(
+    "ENV322", "warning", "a GPU reports uncorrected ECC errors",
+    what="NVML's volatile uncorrected ECC error count is above 0 for a GPU.",
+    why="Uncorrectable memory errors crash kernels ('an illegal memory access', Xid 48/63/64) or corrupt results.",
+    fix="Reset the GPU (nvidia-smi -r -i N, when idle) or leave it out (CUDA_VISIBLE_DEVICES); if errors return, "
+        "the GPU needs service.",
+    source="NVML nvmlDeviceGetTotalEccErrors; NVIDIA Xid errors documentation")
+ENV323 = rule(
+    "ENV323", "warning", "a GPU is being slowed down",
+    what="NVML reports hardware slowdown, thermal slowdown or power-brake throttling for a GPU.",
+    why="One slow GPU slows every rank (each step waits for the slowest), which looks like a DeepSpeed problem.",
+    fix="Check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER); move the job off that GPU.",
+    source="NVML nvmlDeviceGetCurrentClocksThrottleReasons")
+
+#: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
+THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+                0x80: "hardware power brake"}
+
 NET402 = rule(
     "NET402", "error", "NCCL_SOCKET_IFNAME names no interface here",
     what="NCCL_SOCKET_IFNAME selects no network interface of this host (or only loopback/docker bridges).",
@@ -552,6 +577,19 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         if busy:
             shown = ", ".join(f"GPU {i}: PID {p['pid']} ({p['used'] / GIB:.1f} GiB)" for i, p in busy[:8])
             out.append(ENV311.finding(shown))
+        rtx40 = [g for g in gpus if re.search(r"RTX 40\d\d", g.get("name", ""))]
+        p2p_off = ((facts.get("network") or {}).get("NCCL_P2P_DISABLE") or (env or {}).get("NCCL_P2P_DISABLE")
+                   or "").strip() == "1"
+        if len(rtx40) >= 2 and not p2p_off:
+            out.append(ENV321.finding(f"{len(rtx40)} x {rtx40[0]['name']}; NCCL_P2P_DISABLE is not 1"))
+        ecc = [(g["index"], g["ecc_uncorrected"]) for g in gpus if (g.get("ecc_uncorrected") or 0) > 0]
+        if ecc:
+            out.append(ENV322.finding(", ".join(f"GPU {i}: {n} uncorrected" for i, n in ecc)))
+        slow = [(g["index"], [t for bit, t in THROTTLE_BAD.items() if (g.get("throttle_reasons") or 0) & bit])
+                for g in gpus]
+        slow = [(i, reasons) for i, reasons in slow if reasons]
+        if slow:
+            out.append(ENV323.finding("; ".join(f"GPU {i}: {', '.join(r)}" for i, r in slow)))
         visible = gpu.get("CUDA_VISIBLE_DEVICES")
         if visible and visible.strip():
             indices = [x.strip() for x in visible.split(",") if x.strip()]
@@ -569,7 +607,9 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.extend(_ifname_findings(ifname, net.get("interfaces") or []))
         if (net.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
             out.append(NET403.finding(f"NCCL_DEBUG={net['NCCL_DEBUG']}"))
-        disabled = [k for k in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE") if (net.get(k) or "").strip() == "1"]
+        consumer = any(re.search(r"RTX 40\d\d", g.get("name", "")) for g in gpus)
+        disabled = [k for k in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE") if (net.get(k) or "").strip() == "1"
+                    and not (consumer and k == "NCCL_P2P_DISABLE")]
         if disabled:
             out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
         if live:

@@ -217,3 +217,17 @@ def test_deep_rules():
     assert [f.id for f in found] == ["ENV318"] and "fused_adam" in found[0].evidence
     versions["deepspeed_prebuilt_ops"] = ["fused_adam"]
     assert ids({"versions": versions, "gpu": gpu, "deep": deep}) == []
+
+
+def test_rtx4090_ecc_and_throttling():
+    """DeepSpeed issue 4433: RTX 4090s hang in the first collective unless NCCL_P2P_DISABLE=1."""
+    rtx = dict(H200, name="NVIDIA GeForce RTX 4090", capability="8.9", memory_total=24 * GIB)
+    facts = {"gpu": {"gpus": [rtx, dict(rtx, index=1)]}, "network": {"interfaces": []}}
+    assert ids(facts) == ["ENV321"]
+    facts["network"]["NCCL_P2P_DISABLE"] = "1"
+    assert ids(facts) == []  # and no NET404: on these cards disabling P2P is the fix
+    bad = dict(H200, ecc_uncorrected=3, throttle_reasons=0x40 | 0x1)
+    found = {f.id: f for f in diagnose({"gpu": {"gpus": [bad]}})}
+    assert sorted(found) == ["ENV322", "ENV323"]
+    assert found["ENV323"].evidence == "GPU 0: hardware thermal slowdown"
+    assert ids({"gpu": {"gpus": [dict(H200, ecc_uncorrected=0, throttle_reasons=0x1 | 0x4)]}}) == []
