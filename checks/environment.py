@@ -180,6 +180,14 @@ ENV323 = rule(
     fix="Check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER); move the job off that GPU.",
     source="NVML nvmlDeviceGetCurrentClocksThrottleReasons")
 
+ENV324 = rule(
+    "ENV324", "error", "a DeepSpeed op the config needs does not build",
+    what="dsdoctor env --build-ops really JIT-built the ops the ds_config's optimizer needs, and one failed.",
+    why="The same build runs at the first optimizer creation of the real job, after the model has loaded.",
+    fix="Read the compiler error in the evidence: usually a toolkit of torch's CUDA version (CUDA_HOME), a "
+        "TORCH_CUDA_ARCH_LIST DeepSpeed can parse, a C++ compiler, or \"torch_adam\": true to skip the op.",
+    source="deepspeed/ops/op_builder/builder.py load/jit_load; deepspeed/runtime/engine.py _configure_basic_optimizer")
+
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                 0x80: "hardware power brake"}
@@ -350,6 +358,62 @@ def _interfaces() -> list[str]:
         return sorted(name for _, name in socket.if_nameindex())
     except OSError:
         return []
+
+
+def ops_for_config(config: dict) -> list[str]:
+    """DeepSpeed op builders the config's optimizer will build, as ``engine.py`` ``_configure_basic_optimizer``
+    chooses them: Adam/AdamW -> FusedAdam, or CPUAdam with ``offload_optimizer`` to cpu/nvme (none with
+    ``torch_adam``); Lion -> FusedLion / CPULion; Adagrad with offload -> CPUAdagrad; Lamb -> FusedLamb."""
+    optimizer = config.get("optimizer") if isinstance(config.get("optimizer"), dict) else {}
+    name = str(optimizer.get("type", "")).lower()
+    params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
+    zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
+    offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
+    cpu = offload.get("device") in ("cpu", "nvme") and isinstance(zero.get("stage"), int) and zero["stage"] >= 1
+    if name in ("adam", "adamw"):
+        return [] if params.get("torch_adam") else ["CPUAdamBuilder" if cpu else "FusedAdamBuilder"]
+    if name == "lion":
+        return ["CPULionBuilder" if cpu else "FusedLionBuilder"]
+    if name == "adagrad":
+        return ["CPUAdagradBuilder"] if cpu else []
+    if name == "lamb":
+        return ["FusedLambBuilder"]
+    return []
+
+
+BUILD_SCRIPT = ("import sys\n"
+                "from deepspeed.accelerator import get_accelerator\n"
+                "builder = get_accelerator().create_op_builder(sys.argv[1])\n"
+                "if builder is None:\n"
+                "    sys.exit(f'{sys.argv[1]}: no such op for the {get_accelerator()._name} accelerator')\n"
+                "builder.load(verbose=True)\n")
+
+
+def build_op(class_name: str, timeout_s: int = 900) -> dict:
+    """JIT-build one DeepSpeed op in a fresh process, as the first optimizer creation would. Returns ``name``,
+    ``ok``, ``seconds`` and, on failure, ``error``: the first compiler error line, else the last line of the
+    output."""
+    import sys
+    import time
+
+    start = time.time()
+    try:
+        proc = subprocess.run([sys.executable, "-c", BUILD_SCRIPT, class_name], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"name": class_name, "ok": False, "seconds": round(time.time() - start, 1),
+                "error": f"the build took more than {timeout_s} s"}
+    result = {"name": class_name, "ok": proc.returncode == 0, "seconds": round(time.time() - start, 1)}
+    if proc.returncode != 0:
+        lines = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
+        compiler = [line for line in lines if re.search(r"(error:|fatal error|Error building|No such file)", line)]
+        result["error"] = (compiler[0] if compiler else (lines[-1] if lines else f"exit {proc.returncode}"))[:400]
+    return result
+
+
+def build_findings(results: list[dict]) -> list[Finding]:
+    """ENV324 for each op that failed to build."""
+    return [ENV324.finding(f"{r['name']} after {r['seconds']} s: {r['error']}") for r in results if not r["ok"]]
 
 
 def deep_facts() -> dict:

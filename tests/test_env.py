@@ -231,3 +231,46 @@ def test_rtx4090_ecc_and_throttling():
     assert sorted(found) == ["ENV322", "ENV323"]
     assert found["ENV323"].evidence == "GPU 0: hardware thermal slowdown"
     assert ids({"gpu": {"gpus": [dict(H200, ecc_uncorrected=0, throttle_reasons=0x1 | 0x4)]}}) == []
+
+
+def test_ops_for_config_follow_deepspeeds_choice():
+    from dsdoctor.checks.environment import ops_for_config
+
+    adam = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+    assert ops_for_config(adam) == ["FusedAdamBuilder"]
+    assert ops_for_config({**adam, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}) == \
+        ["CPUAdamBuilder"]
+    assert ops_for_config({"optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}) == []
+    assert ops_for_config({"optimizer": {"type": "Lion"}}) == ["FusedLionBuilder"]
+    assert ops_for_config({"optimizer": {"type": "Adagrad"}}) == []
+    assert ops_for_config({}) == []
+
+
+def _offload_config(tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"optimizer": {"type": "AdamW", "params": {"lr": 1e-5}},
+                               "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    return cfg
+
+
+def test_build_ops_reports_the_compiler_failure_in_one_finding(runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))  # nothing cached: a real build
+    monkeypatch.setenv("CXX", "/bin/false")
+    result = runner.invoke(cli, ["env", "--only", "versions", "--build-ops", str(_offload_config(tmp_path)),
+                                 "--json", "-"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert [f["id"] for f in data["findings"]] == ["ENV324"]
+    assert data["findings"][0]["evidence"].startswith("CPUAdamBuilder after")
+    assert "/bin/false" in data["findings"][0]["evidence"]
+
+
+def test_build_ops_really_builds_cpu_adam(runner, tmp_path, monkeypatch):
+    """The CPU Adam op a ZeRO-Offload config needs, JIT-built for real (about 45 s on 2 cores)."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    result = runner.invoke(cli, ["env", "--only", "versions", "--build-ops", str(_offload_config(tmp_path)),
+                                 "--json", "-"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0, data["result"].get("built_ops")
+    assert [(r["name"], r["ok"]) for r in data["result"]["built_ops"]] == [("CPUAdamBuilder", True)]
+    assert list((tmp_path / "ext").rglob("cpu_adam*.so"))

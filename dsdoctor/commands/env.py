@@ -18,7 +18,8 @@ from dsdoctor.report import DsdoctorError, Report
 SECTIONS = ("versions", "toolchain", "gpu", "host", "network")
 
 
-def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool = False) -> Report:
+def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool = False,
+            build_ops: str | None = None) -> Report:
     """The body of ``dsdoctor env``. Raises DsdoctorError for an unknown section or an unreadable ``--from``."""
     from dsdoctor.checks import environment as envcheck
 
@@ -50,6 +51,17 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
         facts = envcheck.collect(sections=sections, output_dir=output_dir, deep=deep)
         findings = envcheck.diagnose(facts)
     report = Report("env", result={"facts": facts, "sections": list(sections)})
+    if build_ops:
+        from dsdoctor.configfile import read_ds_config
+
+        config, _ = read_ds_config(build_ops)
+        needed = envcheck.ops_for_config(config)
+        results = [envcheck.build_op(name) for name in needed]
+        report.result["built_ops"] = results
+        findings = findings + envcheck.build_findings(results)
+        report.tables.append((f"DeepSpeed ops {build_ops} needs, built now", ["op", "built", "seconds", "error"],
+                              [[r["name"], "yes" if r["ok"] else "NO", str(r["seconds"]), r.get("error", "")]
+                               for r in results] or [["(none: the optimizer needs no DeepSpeed op)", "", "", ""]]))
     for finding in findings:
         report.add(finding)
     if not any(f.severity in ("error", "warning") for f in findings):
@@ -70,11 +82,15 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
               help="Where checkpoints will go (its free disk is reported).")
 @click.option("--deep", is_flag=True,
               help="Also import torch and DeepSpeed: CUDA usable, cuDNN, ABI, NCCL, each op's compatibility.")
+@click.option("--build-ops", default=None, metavar="ds_config.json",
+              help="JIT-build the DeepSpeed ops this config's optimizer needs (FusedAdam, CPUAdam, ...) now.")
 @report_command
-def env(only, from_file, output_dir, deep) -> Report:
+def env(only, from_file, output_dir, deep, build_ops) -> Report:
     """Versions, CUDA toolchain, GPUs, host and distributed variables: facts and a verdict with a fix for each
     problem."""
     if deep and from_file:
         raise DsdoctorError("--deep probes this machine; --from diagnoses a saved report (its deep facts are used "
                             "when it has them)")
-    return run_env(only, from_file, output_dir, deep)
+    if build_ops and from_file:
+        raise DsdoctorError("--build-ops builds on this machine; it does not go with --from")
+    return run_env(only, from_file, output_dir, deep, build_ops)
