@@ -188,6 +188,15 @@ ENV324 = rule(
         "TORCH_CUDA_ARCH_LIST DeepSpeed can parse, a C++ compiler, or \"torch_adam\": true to skip the op.",
     source="deepspeed/ops/op_builder/builder.py load/jit_load; deepspeed/runtime/engine.py _configure_basic_optimizer")
 
+ENV325 = rule(
+    "ENV325", "warning", "little free disk where checkpoints go",
+    what="The --output-dir filesystem has less than 50 GiB free.",
+    why="A 7B full fine-tune checkpoint with optimizer states is about 100 GB; the save fails (or truncates) "
+        "hours into the run.",
+    fix="Point output_dir at a larger disk, keep fewer checkpoints (save_total_limit), or save only the 16-bit "
+        "weights / the LoRA adapter.",
+    source="statvfs of --output-dir; DeepSpeed checkpoints hold 12-16 bytes per trainable parameter")
+
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                 0x80: "hardware power brake"}
@@ -209,6 +218,13 @@ NET404 = rule(
     why="Often copied from an answer about a consumer-GPU hang (RTX 4090 P2P); on NVLink or InfiniBand machines it "
         "makes every all-reduce go through host memory or TCP.",
     fix="Unset it unless this machine needs it (dsdoctor nccl measures both ways).", source="NCCL environment variables")
+NET406 = rule(
+    "NET406", "error", "MASTER_PORT below 1024 for a user who is not root",
+    what="MASTER_PORT is a privileged port (below 1024) and the process is not root.",
+    why="The rendezvous store cannot bind: 'The server socket has failed to bind to [::]:520 (errno: 13 - "
+        "Permission denied)'.",
+    fix="Use a port of 1024 or above, e.g. --master_port 29501 (or MASTER_PORT=29501).",
+    source="https://github.com/liucongg/ChatGLM-Finetuning/issues/140; bind(2) EACCES")
 NET405 = rule(
     "NET405", "error", "MASTER_ADDR does not resolve",
     what="MASTER_ADDR is set to a name this host cannot resolve.",
@@ -504,7 +520,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
 
         shm = _statvfs_bytes("/dev/shm")
         memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
-        facts["host"] = {"hostname": socket.gethostname(), "cores": os.cpu_count(), "ram": _meminfo("MemTotal"),
+        facts["host"] = {"hostname": socket.gethostname(), "euid": os.geteuid(), "cores": os.cpu_count(),
+                         "ram": _meminfo("MemTotal"),
                          "dev_shm": shm, "memlock": None if memlock == resource.RLIM_INFINITY else memlock,
                          "output_dir": output_dir, "output_dir_free": _free_bytes(output_dir)}
     if "network" in sections:
@@ -663,6 +680,8 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
     if host is not None:
         if host.get("dev_shm") is not None and host["dev_shm"] < GIB:
             out.append(ENV312.finding(f"/dev/shm: {host['dev_shm'] / 2 ** 20:.0f} MiB"))
+        if host.get("output_dir_free") is not None and host["output_dir_free"] < 50 * GIB:
+            out.append(ENV325.finding(f"{host.get('output_dir')}: {host['output_dir_free'] / GIB:.1f} GiB free"))
         if host.get("memlock") is not None and host["memlock"] < 64 * GIB:
             out.append(ENV313.finding(f"ulimit -l: {host['memlock'] // 1024} KiB"))
     if net is not None:
@@ -676,6 +695,10 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
                     and not (consumer and k == "NCCL_P2P_DISABLE")]
         if disabled:
             out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
+        port = (net.get("MASTER_PORT") or "").strip()
+        euid = (host or {}).get("euid")
+        if port.isdecimal() and 0 < int(port) < 1024 and euid not in (None, 0):
+            out.append(NET406.finding(f"MASTER_PORT={port}; running as uid {euid}"))
         if live:
             addr = net.get("MASTER_ADDR")
             if addr:

@@ -274,3 +274,11 @@ def test_build_ops_really_builds_cpu_adam(runner, tmp_path, monkeypatch):
     assert result.exit_code == 0, data["result"].get("built_ops")
     assert [(r["name"], r["ok"]) for r in data["result"]["built_ops"]] == [("CPUAdamBuilder", True)]
     assert list((tmp_path / "ext").rglob("cpu_adam*.so"))
+
+
+def test_privileged_port_and_disk_space():
+    net = {"MASTER_PORT": "520", "interfaces": []}
+    assert ids({"network": net, "host": {"euid": 1000}}, live=False) == ["NET406"]
+    assert ids({"network": net, "host": {"euid": 0}}, live=False) == []  # root may bind it
+    assert ids({"host": {"output_dir": "/ckpt", "output_dir_free": 20 * GIB}}) == ["ENV325"]
+    assert ids({"host": {"output_dir": "/ckpt", "output_dir_free": 500 * GIB}}) == []
