@@ -197,6 +197,15 @@ ENV325 = rule(
         "weights / the LoRA adapter.",
     source="statvfs of --output-dir; DeepSpeed checkpoints hold 12-16 bytes per trainable parameter")
 
+ENV326 = rule(
+    "ENV326", "info", "the GPUs talk over PCIe only",
+    what="Several GPUs, none with an active NVLink; pairs whose PCIe path crosses the CPU sockets (SYS) are listed.",
+    why="Every all-reduce (and ZeRO-3's parameter gathers, 1.5x ZeRO-2's traffic) goes through PCIe and, across "
+        "sockets, through the CPU interconnect: often the step's bottleneck.",
+    fix="Prefer ZeRO-2 over ZeRO-3, larger gradient accumulation, and GPUs under one CPU socket "
+        "(CUDA_VISIBLE_DEVICES); dsdoctor nccl measures the bus bandwidth.",
+    source="NVML nvmlDeviceGetTopologyCommonAncestor / nvmlDeviceGetNvLinkState; ZeRO paper section 7")
+
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                 0x80: "hardware power brake"}
@@ -349,7 +358,24 @@ def nvml_facts() -> dict | None:
                     gpu["processes"].append({"pid": int(proc.pid), "used": int(proc.usedGpuMemory or 0)})
             except pynvml.NVMLError:
                 pass
+            links = 0
+            for link in range(18):  # NVML_NVLINK_MAX_LINKS
+                try:
+                    links += int(pynvml.nvmlDeviceGetNvLinkState(h, link) == pynvml.NVML_FEATURE_ENABLED)
+                except pynvml.NVMLError:
+                    break
+            gpu["nvlinks_active"] = links
             facts["gpus"].append(gpu)
+        levels = {0: "same board", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+        facts["topology"] = []
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(len(facts["gpus"]))]
+        for i in range(len(handles)):
+            for j in range(i + 1, len(handles)):
+                try:
+                    level = pynvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                except pynvml.NVMLError:
+                    continue
+                facts["topology"].append({"gpus": [i, j], "pcie_path": levels.get(int(level), str(level))})
         return facts
     except pynvml.NVMLError:
         return None
@@ -513,6 +539,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
             }
     if "gpu" in sections or "versions" in sections:
         facts["gpu"] = {"nvml": nvml is not None, "driver": (nvml or {}).get("driver"),
+                        "topology": (nvml or {}).get("topology", []),
                         "driver_cuda": (nvml or {}).get("driver_cuda"), "gpus": (nvml or {}).get("gpus", []),
                         "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES")}
     if "host" in sections:
@@ -671,6 +698,10 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         slow = [(i, reasons) for i, reasons in slow if reasons]
         if slow:
             out.append(ENV323.finding("; ".join(f"GPU {i}: {', '.join(r)}" for i, r in slow)))
+        if len(gpus) >= 2 and all(g.get("nvlinks_active") == 0 for g in gpus):
+            far = [f"GPU {t['gpus'][0]}-{t['gpus'][1]}" for t in gpu.get("topology") or [] if t["pcie_path"] == "SYS"]
+            out.append(ENV326.finding(f"{len(gpus)} GPUs, no active NVLink" +
+                                      (f"; across CPU sockets: {', '.join(far[:6])}" if far else "")))
         visible = gpu.get("CUDA_VISIBLE_DEVICES")
         if visible and visible.strip():
             indices = [x.strip() for x in visible.split(",") if x.strip()]

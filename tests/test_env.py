@@ -282,3 +282,13 @@ def test_privileged_port_and_disk_space():
     assert ids({"network": net, "host": {"euid": 0}}, live=False) == []  # root may bind it
     assert ids({"host": {"output_dir": "/ckpt", "output_dir_free": 20 * GIB}}) == ["ENV325"]
     assert ids({"host": {"output_dir": "/ckpt", "output_dir_free": 500 * GIB}}) == []
+
+
+def test_pcie_only_topology():
+    pcie = [dict(H200, index=i, nvlinks_active=0) for i in range(4)]
+    topology = [{"gpus": [0, 1], "pcie_path": "PIX"}, {"gpus": [0, 2], "pcie_path": "SYS"}]
+    found = diagnose({"gpu": {"gpus": pcie, "topology": topology}})
+    assert [f.id for f in found] == ["ENV326"] and "across CPU sockets: GPU 0-2" in found[0].evidence
+    nvlink = [dict(g, nvlinks_active=18) for g in pcie]
+    assert ids({"gpu": {"gpus": nvlink, "topology": topology}}) == []
+    assert ids({"gpu": {"gpus": [dict(H200, nvlinks_active=0)]}}) == []  # one GPU: nothing to say
