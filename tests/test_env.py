@@ -292,3 +292,17 @@ def test_pcie_only_topology():
     nvlink = [dict(g, nvlinks_active=18) for g in pcie]
     assert ids({"gpu": {"gpus": nvlink, "topology": topology}}) == []
     assert ids({"gpu": {"gpus": [dict(H200, nvlinks_active=0)]}}) == []  # one GPU: nothing to say
+
+
+def test_host_ram_against_offload(runner, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"bf16": {"enabled": True}, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}}}))
+    data = json.loads(runner.invoke(cli, ["env", "--only", "versions", "--deepspeed", str(cfg), "--model",
+                                          "llama-2-7b", "--json", "-"]).stdout)
+    needed = data["result"]["host_needed_bytes"]["needed_per_node"]
+    ram = data["result"]["facts"]["host"]["ram"]
+    assert ("MEM504" in [f["id"] for f in data["findings"]]) == (needed > 0.9 * ram)
+    assert needed == int(1.5 * 18 * 6_738_415_616) + 2 * 6_738_415_616  # 16 + 2 bytes offloaded, 2 loaded
+    result = runner.invoke(cli, ["env", "--deepspeed", str(cfg)])
+    assert result.exit_code == 2 and "go together" in result.stderr

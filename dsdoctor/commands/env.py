@@ -18,8 +18,23 @@ from dsdoctor.report import DsdoctorError, Report
 SECTIONS = ("versions", "toolchain", "gpu", "host", "network")
 
 
+def host_ram_check(deepspeed: str, model: str, method: str, facts: dict) -> tuple[list, dict]:
+    """MEM504 for this host: what loading ``model`` and ``deepspeed``'s offload need per node (``dsdoctor
+    estimate``'s arithmetic, GPUs per node from NVML) against this host's RAM."""
+    from dsdoctor.commands.estimate import run_estimate
+
+    ram = (facts.get("host") or {}).get("ram")
+    if not ram:
+        raise DsdoctorError("--deepspeed: this host's RAM is unknown (/proc/meminfo unreadable)")
+    gpus = len((facts.get("gpu") or {}).get("gpus") or []) or None
+    estimate = run_estimate(model, 2, "none", "none", method, 8, None, 0.05, 2, 16, gpus, 1, 1, 1024, True, "bf16",
+                            deepspeed, None, ram / 2 ** 30, False, set())
+    return [f for f in estimate.findings if f.id == "MEM504"], estimate.result["host_bytes"]
+
+
 def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool = False,
-            build_ops: str | None = None) -> Report:
+            build_ops: str | None = None, deepspeed: str | None = None, model: str | None = None,
+            method: str = "full") -> Report:
     """The body of ``dsdoctor env``. Raises DsdoctorError for an unknown section or an unreadable ``--from``."""
     from dsdoctor.checks import environment as envcheck
 
@@ -51,6 +66,12 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
         facts = envcheck.collect(sections=sections, output_dir=output_dir, deep=deep)
         findings = envcheck.diagnose(facts)
     report = Report("env", result={"facts": facts, "sections": list(sections)})
+    if deepspeed:
+        if "host" not in facts:
+            facts["host"] = envcheck.collect(sections=("host",), output_dir=output_dir)["host"]
+        host_findings, host_bytes = host_ram_check(deepspeed, model, method, facts)
+        findings = findings + host_findings
+        report.result["host_needed_bytes"] = host_bytes
     if build_ops:
         from dsdoctor.configfile import read_ds_config
 
@@ -84,13 +105,21 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
               help="Also import torch and DeepSpeed: CUDA usable, cuDNN, ABI, NCCL, each op's compatibility.")
 @click.option("--build-ops", default=None, metavar="ds_config.json",
               help="JIT-build the DeepSpeed ops this config's optimizer needs (FusedAdam, CPUAdam, ...) now.")
+@click.option("--deepspeed", default=None, metavar="ds_config.json",
+              help="With --model: the host RAM that loading the model and this config's offload need, against this "
+                   "host's.")
+@click.option("--model", default=None, metavar="NAME|PATH", help="The model, for --deepspeed's host RAM check.")
+@click.option("--method", type=click.Choice(["full", "lora", "freeze", "ptuning"]), default="full",
+              show_default=True, help="The fine-tuning method, for --deepspeed's host RAM check.")
 @report_command
-def env(only, from_file, output_dir, deep, build_ops) -> Report:
+def env(only, from_file, output_dir, deep, build_ops, deepspeed, model, method) -> Report:
     """Versions, CUDA toolchain, GPUs, host and distributed variables: facts and a verdict with a fix for each
     problem."""
     if deep and from_file:
         raise DsdoctorError("--deep probes this machine; --from diagnoses a saved report (its deep facts are used "
                             "when it has them)")
-    if build_ops and from_file:
-        raise DsdoctorError("--build-ops builds on this machine; it does not go with --from")
-    return run_env(only, from_file, output_dir, deep, build_ops)
+    if (build_ops or deepspeed) and from_file:
+        raise DsdoctorError("--build-ops and --deepspeed check this machine; they do not go with --from")
+    if bool(deepspeed) != bool(model):
+        raise DsdoctorError("--deepspeed and --model go together (the host RAM check needs both)")
+    return run_env(only, from_file, output_dir, deep, build_ops, deepspeed, model, method)
