@@ -122,8 +122,9 @@ ENV314 = rule(
     source="CUDA environment variables (docs.nvidia.com/cuda/cuda-c-programming-guide)")
 ENV315 = rule(
     "ENV315", "warning", "no C++ compiler",
-    what="Neither gcc nor c++ on PATH.", why="DeepSpeed's JIT ops (CPUAdam, the CPU communication op) need one.",
-    fix="apt install build-essential (or your distribution's gcc)", source="torch/utils/cpp_extension.py")
+    what="No $CXX (default c++) on PATH: the compiler torch's extension builder calls.", why="DeepSpeed's JIT ops (CPUAdam, the CPU communication op) need one.",
+    fix="apt install build-essential (g++ provides c++), or export CXX=/path/to/g++",
+    source="torch/utils/cpp_extension.py (os.environ.get('CXX', 'c++'))")
 ENV316 = rule(
     "ENV316", "info", "libaio is missing",
     what="No libaio headers/library.", why="DeepSpeed's async_io op (NVMe offload) cannot build.",
@@ -205,6 +206,15 @@ ENV326 = rule(
     fix="Prefer ZeRO-2 over ZeRO-3, larger gradient accumulation, and GPUs under one CPU socket "
         "(CUDA_VISIBLE_DEVICES); dsdoctor nccl measures the bus bandwidth.",
     source="NVML nvmlDeviceGetTopologyCommonAncestor / nvmlDeviceGetNvLinkState; ZeRO paper section 7")
+
+ENV327 = rule(
+    "ENV327", "error", "CUDA_HOME points to no CUDA toolkit",
+    what="CUDA_HOME (or CUDA_PATH) is set, torch has CUDA, and there is no bin/nvcc under it.",
+    why="torch's extension builder takes CUDA_HOME as it is: DeepSpeed's JIT ops fail to build ('nvcc: not found' "
+        "or 'MissingCUDAException') even when an nvcc is on PATH.",
+    fix="export CUDA_HOME to the toolkit's root (the directory holding bin/nvcc, e.g. /usr/local/cuda-12.4), or "
+        "unset it.",
+    source="torch/utils/cpp_extension.py _find_cuda_home")
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
@@ -411,7 +421,9 @@ def ops_for_config(config: dict) -> list[str]:
     params = optimizer.get("params") if isinstance(optimizer.get("params"), dict) else {}
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
     offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
-    cpu = offload.get("device") in ("cpu", "nvme") and isinstance(zero.get("stage"), int) and zero["stage"] >= 1
+    stage = zero.get("stage", 0)
+    stage = int(stage) if isinstance(stage, str) and stage.strip().isdigit() else stage  # DeepSpeed coerces "2"
+    cpu = offload.get("device") in ("cpu", "nvme") and isinstance(stage, int) and stage >= 1
     if name in ("adam", "adamw"):
         return [] if params.get("torch_adam") else ["CPUAdamBuilder" if cpu else "FusedAdamBuilder"]
     if name == "lion":
@@ -448,7 +460,8 @@ def build_op(class_name: str, timeout_s: int = 900) -> dict:
     result = {"name": class_name, "ok": proc.returncode == 0, "seconds": round(time.time() - start, 1)}
     if proc.returncode != 0:
         lines = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
-        compiler = [line for line in lines if re.search(r"(error:|fatal error|Error building|No such file)", line)]
+        compiler = [line for line in lines if re.search(r"(error:|fatal error|not found|No such file|returned non-zero)",
+                                                        line) and "Error building extension" not in line]
         result["error"] = (compiler[0] if compiler else (lines[-1] if lines else f"exit {proc.returncode}"))[:400]
     return result
 
@@ -500,12 +513,13 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
     env = probe.env
     facts: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        nvcc_path = (os.path.join(env["CUDA_HOME"], "bin", "nvcc") if env.get("CUDA_HOME") and
-                     os.path.exists(os.path.join(env["CUDA_HOME"], "bin", "nvcc")) else probe.which("nvcc"))
+        cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")  # torch's _find_cuda_home reads both
+        nvcc_path = (os.path.join(cuda_home, "bin", "nvcc") if cuda_home and
+                     os.path.exists(os.path.join(cuda_home, "bin", "nvcc")) else probe.which("nvcc"))
         futures = {
             "nvcc": pool.submit(probe.run, [nvcc_path, "--version"]) if nvcc_path and "toolchain" in sections else None,
-            "gcc": pool.submit(probe.run, [probe.which("gcc") or "gcc", "--version"])
-            if "toolchain" in sections and probe.which("gcc") else None,
+            "gcc": pool.submit(probe.run, [probe.which(env.get("CXX") or "c++"), "--version"])
+            if "toolchain" in sections and probe.which(env.get("CXX") or "c++") else None,
             "ninja": pool.submit(probe.run, [probe.which("ninja"), "--version"])
             if "toolchain" in sections and probe.which("ninja") else None,
             "nvml": pool.submit(probe.nvml) if ({"gpu", "toolchain", "versions"} & set(sections)) else None,
@@ -530,9 +544,12 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
         nvml = futures["nvml"].result() if futures["nvml"] else None
         if "toolchain" in sections:
             facts["toolchain"] = {
-                "CUDA_HOME": env.get("CUDA_HOME"), "nvcc": nvcc_path,
+                "CUDA_HOME": cuda_home, "nvcc": nvcc_path,
                 "nvcc_cuda": _cuda_of(futures["nvcc"].result()) if futures["nvcc"] else None,
+                "cxx": env.get("CXX") or "c++",
                 "gcc": ((futures["gcc"].result() or "").splitlines() or [None])[0] if futures["gcc"] else None,
+                "cuda_home_has_nvcc": (os.path.exists(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home
+                                       else None),
                 "ninja": (futures["ninja"].result() or "").strip() or None if futures["ninja"] else None,
                 "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
                 "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
@@ -556,6 +573,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                                                      "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT",
                                                      "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
         facts["network"]["interfaces"] = _interfaces()
+        facts["network"]["euid"] = os.geteuid()
     if deep:
         facts["deep"] = deep_facts()
     return facts
@@ -640,25 +658,30 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         jit = not (v or {}).get("deepspeed_prebuilt_ops")
         if cuda_torch and tc.get("nvcc_cuda") and _major(tc["nvcc_cuda"]) != _major(cuda_torch):
             out.append(ENV304.finding(f"nvcc ({tc.get('nvcc')}) is CUDA {tc['nvcc_cuda']}; torch is built for CUDA "
-                                      f"{cuda_torch}"))
+                                      f"{cuda_torch}",
+                                      fix=f"Point CUDA_HOME at a CUDA {_major(cuda_torch)}.x toolkit (e.g. "
+                                          f"/usr/local/cuda-{cuda_torch}), or install the torch build for CUDA "
+                                          f"{tc['nvcc_cuda']}."))
+        if cuda_torch and tc.get("CUDA_HOME") and tc.get("cuda_home_has_nvcc") is False:
+            out.append(ENV327.finding(f"CUDA_HOME={tc['CUDA_HOME']}: no bin/nvcc there; torch CUDA {cuda_torch}"))
         if cuda_torch and jit and (v or {}).get("deepspeed") and not tc.get("nvcc"):
             out.append(ENV305.finding(f"torch CUDA {cuda_torch}; CUDA_HOME={tc.get('CUDA_HOME') or '(unset)'}; "
                                       f"no nvcc on PATH; DeepSpeed ops prebuilt: none"))
         if not tc.get("ninja") and (v or {}).get("deepspeed"):
             out.append(ENV306.finding("ninja: not on PATH"))
         if not tc.get("gcc"):
-            out.append(ENV315.finding("gcc: not on PATH"))
+            out.append(ENV315.finding(f"{tc.get('cxx') or 'c++'}: not on PATH (torch compiles with $CXX or c++)"))
         if not tc.get("libaio"):
             out.append(ENV316.finding("libaio.h: not found in /usr/include or /usr/local/include"))
         arch = tc.get("TORCH_CUDA_ARCH_LIST")
         if arch:
             bad, good = arch_list_problems(arch)
             if bad:
+                fixed = sorted({m for e in re.split(r"[;,\s]+", arch) for m in re.findall(r"\d+\.\d+", e)},
+                               key=_vtuple)
                 out.append(ENV307.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}: {', '.join(repr(b) for b in bad)}",
-                                          fix="export TORCH_CUDA_ARCH_LIST=" + ";".join(
-                                              sorted({re.sub(r"[^0-9.].*$", "", b) for b in bad if
-                                                      re.match(r"\d+\.\d+", b)} | set(good))) if any(
-                                              re.match(r"\d+\.\d+", b) for b in bad) else ENV307.fix))
+                                          fix=f'export TORCH_CUDA_ARCH_LIST="{";".join(fixed)}"' if fixed
+                                          else ENV307.fix))
             caps = sorted({g["capability"] for g in gpus})
             covered = [c for c in caps if any(e.split("+")[0] == c or (e.endswith("+PTX") and
                                                                         _vtuple(e) <= _vtuple(c)) for e in good)]
@@ -727,7 +750,7 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         if disabled:
             out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
         port = (net.get("MASTER_PORT") or "").strip()
-        euid = (host or {}).get("euid")
+        euid = net.get("euid", (host or {}).get("euid"))
         if port.isdecimal() and 0 < int(port) < 1024 and euid not in (None, 0):
             out.append(NET406.finding(f"MASTER_PORT={port}; running as uid {euid}"))
         if live:
@@ -799,6 +822,8 @@ def paste_block(facts: dict) -> list[tuple[str, str]]:
         else:
             rows.append((key, str(value)))
     for key, value in (facts.get("network") or {}).items():
+        if key == "euid":
+            continue
         if key == "interfaces":
             rows.append((key, ", ".join(value)))
         elif value is not None:

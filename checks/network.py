@@ -40,7 +40,7 @@ def free_port() -> int:
 def master_port_finding(env: dict | None = None):
     """NET401 when MASTER_PORT is set and busy; None when it is unset or free."""
     env = os.environ if env is None else env
-    value = env.get("MASTER_PORT")
+    value = (env.get("MASTER_PORT") or "").strip()  # int() and torch accept surrounding spaces
     if not value:
         return None
     if not (value.isascii() and value.isdecimal()) or not 0 < int(value) < 65536:

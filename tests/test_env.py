@@ -73,10 +73,10 @@ def test_arch_list_verdict_equals_deepspeeds_builder(value, monkeypatch):
 
 
 def test_env307_on_the_h200_images_arch_list():
-    facts = {"toolchain": {"TORCH_CUDA_ARCH_LIST": "9.0a", "nvcc": "/usr/local/cuda/bin/nvcc", "gcc": "gcc 12",
+    facts = {"toolchain": {"TORCH_CUDA_ARCH_LIST": "9.0a", "nvcc": "/usr/local/cuda/bin/nvcc", "gcc": "g++ 12",
                            "ninja": "1.11", "libaio": True}, "gpu": {"gpus": [H200]}}
     found = [f for f in diagnose(facts) if f.id == "ENV307"]
-    assert found and found[0].severity == "error" and found[0].fix == "export TORCH_CUDA_ARCH_LIST=9.0"
+    assert found and found[0].severity == "error" and found[0].fix == 'export TORCH_CUDA_ARCH_LIST="9.0"'
     facts["toolchain"]["TORCH_CUDA_ARCH_LIST"] = "9.0"
     assert ids(facts) == []
     facts["toolchain"]["TORCH_CUDA_ARCH_LIST"] = "8.0"  # no kernel for the H200's 9.0
@@ -155,11 +155,12 @@ def test_command_json_markdown_only_and_from(runner, tmp_path, monkeypatch):
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and "ENV307" in [f["id"] for f in data["findings"]]
     assert set(data["result"]["facts"]) == {"versions", "toolchain", "gpu", "host", "network"}
-    assert "- TORCH_CUDA_ARCH_LIST: 9.0a" in data["result"]["paste_block"]
+    assert "- TORCH_CUDA_ARCH_LIST: 9.0a" in data["result"]["paste_block"]["lines"]
     saved = tmp_path / "env.json"
     saved.write_text(result.stdout)
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST")
-    assert runner.invoke(cli, ["env"]).exit_code == 0
+    clean = json.loads(runner.invoke(cli, ["env", "--json", "-"]).stdout)
+    assert "ENV307" not in [f["id"] for f in clean["findings"]]
     result = runner.invoke(cli, ["env", "--from", str(saved), "--format", "markdown"])
     assert result.exit_code == 1 and "ENV307" in result.stdout  # the saved machine's facts, not this one's
     assert "```\n- python:" in result.stdout
@@ -306,3 +307,34 @@ def test_host_ram_against_offload(runner, tmp_path):
     assert needed == int(1.5 * 18 * 6_738_415_616) + 2 * 6_738_415_616  # 16 + 2 bytes offloaded, 2 loaded
     result = runner.invoke(cli, ["env", "--deepspeed", str(cfg)])
     assert result.exit_code == 2 and "go together" in result.stderr
+
+
+def test_trial_findings_on_env(runner, tmp_path):
+    """From a fresh-clone trial: comma lists keep every arch in the fix; a CUDA_HOME without nvcc; --from with
+    malformed facts is one line; only the sections present are claimed."""
+    found = [f for f in diagnose({"toolchain": {"TORCH_CUDA_ARCH_LIST": "8.0,9.0", "gcc": "g++", "ninja": "1",
+                                                "libaio": True}}) if f.id == "ENV307"]
+    assert found[0].fix == 'export TORCH_CUDA_ARCH_LIST="8.0;9.0"'
+    found = [f for f in diagnose({"toolchain": {"TORCH_CUDA_ARCH_LIST": "9.0a;10.0f;12.0", "gcc": "g++",
+                                                "ninja": "1", "libaio": True}}) if f.id == "ENV307"]
+    assert found[0].fix == 'export TORCH_CUDA_ARCH_LIST="9.0;10.0;12.0"'
+    facts = {"versions": {"torch": "2.5.1+cu124", "torch_cuda": "12.4", "deepspeed": "0.16.0",
+                          "deepspeed_prebuilt_ops": []},
+             "toolchain": {"CUDA_HOME": "/nonexistent", "cuda_home_has_nvcc": False, "nvcc": "/usr/bin/nvcc",
+                           "nvcc_cuda": "12.4", "gcc": "g++", "ninja": "1", "libaio": True}}
+    assert ids(facts) == ["ENV327"]
+    for bad in ({"result": None}, {"result": {"facts": {"network": {"interfaces": None, "NCCL_DEBUG": None}}}},
+                {"result": {"facts": {"gpu": {"gpus": [{"index": 0, "name": "x", "memory_total": "80GB",
+                                                        "capability": "9.0"}]}}}}):
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        result = runner.invoke(cli, ["env", "--from", str(path)])
+        assert result.exit_code == 2 and "dsdoctor: error:" in result.stderr and "internal" not in result.stderr
+    path.write_text(json.dumps({"result": {"facts": {}}}))
+    assert "no facts of the sections" in runner.invoke(cli, ["env", "--from", str(path)]).stderr
+    path.write_text(json.dumps({"result": {"facts": {"network": {"interfaces": ["eth0"], "MASTER_PORT": "80",
+                                                                 "euid": 1000}}}}))
+    data = json.loads(runner.invoke(cli, ["env", "--from", str(path), "--json", "-"]).stdout)
+    assert [f["id"] for f in data["findings"]] == ["NET406"] and data["result"]["sections"] == ["network"]
+    for args in (["--only", ""], ["--from", ""], ["--output-dir", ""]):
+        assert runner.invoke(cli, ["env", *args]).exit_code == 2

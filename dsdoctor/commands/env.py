@@ -39,6 +39,9 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
     from dsdoctor.checks import environment as envcheck
 
     sections = SECTIONS
+    for name, value in (("--only", only), ("--from", from_file), ("--output-dir", output_dir)):
+        if value is not None and not value.strip():
+            raise DsdoctorError(f"{name} is empty")
     if only:
         sections = tuple(s.strip() for s in only.split(",") if s.strip())
         unknown = [s for s in sections if s not in SECTIONS]
@@ -51,20 +54,26 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
             raise DsdoctorError(f"--from {from_file}: cannot read it ({exc.strerror})") from None
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise DsdoctorError(f"--from {from_file}: not valid JSON") from None
-        facts = data.get("result", {}).get("facts") if isinstance(data, dict) else None
-        if not isinstance(facts, dict) or not all(isinstance(facts.get(s, {}), dict) for s in SECTIONS):
+        result = data.get("result") if isinstance(data, dict) else None
+        facts = result.get("facts") if isinstance(result, dict) else None
+        if not isinstance(facts, dict):
             raise DsdoctorError(f"--from {from_file}: not a `dsdoctor env --json` report (no result.facts)")
         facts = {s: facts[s] for s in sections + ("deep",) if s in facts}
+        if not any(s in facts for s in sections):
+            raise DsdoctorError(f"--from {from_file}: no facts of the sections asked for ({', '.join(sections)})")
+        sections = tuple(s for s in sections if s in facts)
         try:
             findings = envcheck.diagnose(facts, live=False)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise DsdoctorError(f"--from {from_file}: facts of an unexpected shape ({type(exc).__name__}: {exc})") \
-                from None
+            rows = envcheck.paste_block(facts)
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            raise DsdoctorError(f"--from {from_file}: facts of an unexpected shape ({type(exc).__name__}: "
+                                f"{str(exc)[:120]})") from None
     else:
         if not Path(output_dir).is_dir():
             raise DsdoctorError(f"--output-dir {output_dir}: not a directory")
         facts = envcheck.collect(sections=sections, output_dir=output_dir, deep=deep)
         findings = envcheck.diagnose(facts)
+        rows = envcheck.paste_block(facts)
     report = Report("env", result={"facts": facts, "sections": list(sections)})
     if deepspeed:
         if "host" not in facts:
@@ -86,11 +95,12 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
     for finding in findings:
         report.add(finding)
     if not any(f.severity in ("error", "warning") for f in findings):
-        report.add(envcheck.ENV300.finding(f"checked: {', '.join(sections)}"))
-    rows = envcheck.paste_block(facts)
+        report.add(envcheck.ENV300.finding(f"checked: {', '.join(sections)}"
+                                           + ("; the saved report's port and name lookups are not redone here"
+                                              if from_file and "network" in sections else "")))
     report.block = [f"- {key}: {value}" for key, value in rows]
     report.block_title = "Environment (paste into a bug report)" + (f", from {from_file}" if from_file else "")
-    report.result["paste_block"] = report.block
+    report.result["paste_block"] = {"lines": report.block}
     return report
 
 

@@ -391,7 +391,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         report.add(mem.MEM504.finding(
             f"about {gib(est.host['needed_per_node'])} GiB of host RAM per node ({offload}"
             f"{gib(est.host['model_load_per_node'])} GiB while the ranks load the model); this node has "
-            f"{gib(host_total)} GiB"))
+            f"{gib(host_total)} GiB", severity="error" if est.host["needed_per_node"] > host_total else None))
     if arch.max_positions and setup.seq_len > arch.max_positions:
         report.add(mem.MEM505.finding(f"--seq-len {setup.seq_len} > {arch.max_positions} ({arch.source})"))
     if est.terms["logits_and_loss"] > est.total / 3:
