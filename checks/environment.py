@@ -216,6 +216,13 @@ ENV327 = rule(
         "unset it.",
     source="torch/utils/cpp_extension.py _find_cuda_home")
 
+ENV328 = rule(
+    "ENV328", "info", "DeepSpeed will use the CPU accelerator",
+    what="torch has no CUDA and NVML sees no NVIDIA GPU.",
+    why="Fine for tests (gloo, bf16 only: the CPU accelerator refuses fp16), not for fine-tuning a 6B model.",
+    fix="On a GPU machine install torch's CUDA build; here, keep bf16 and torch_adam for DeepSpeed on the CPU.",
+    source="deepspeed/accelerator/real_accelerator.py; shared/FACTS.md")
+
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                 0x80: "hardware power brake"}
@@ -457,7 +464,9 @@ def build_op(class_name: str, timeout_s: int = 900) -> dict:
     except subprocess.TimeoutExpired:
         return {"name": class_name, "ok": False, "seconds": round(time.time() - start, 1),
                 "error": f"the build took more than {timeout_s} s"}
-    result = {"name": class_name, "ok": proc.returncode == 0, "seconds": round(time.time() - start, 1)}
+    output = proc.stdout + proc.stderr
+    result = {"name": class_name, "ok": proc.returncode == 0, "seconds": round(time.time() - start, 1),
+              "compiled": bool(re.search(r"^\[1/\d+\] ", output, re.M))}  # ninja's first build step
     if proc.returncode != 0:
         lines = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
         compiler = [line for line in lines if re.search(r"(error:|fatal error|not found|No such file|returned non-zero)",
@@ -642,6 +651,8 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
                                       f"{gpu.get('driver')} supports CUDA up to {gpu['driver_cuda']}"))
         if not v.get("deepspeed"):
             out.append(ENV309.finding("deepspeed: not found"))
+        elif v.get("torch") and not v.get("torch_cuda") and gpu.get("nvml") is False and not gpus:
+            out.append(ENV328.finding(f"torch {v['torch']} (no CUDA); no NVIDIA GPU seen"))
         built = v.get("deepspeed_built_with") or {}
         if v.get("deepspeed_prebuilt_ops") and v.get("torch") and built.get("version") not in (None, "0.0") and \
                 _vtuple(built.get("version")) != _vtuple(v["torch"]):
@@ -798,6 +809,9 @@ def paste_block(facts: dict) -> list[tuple[str, str]]:
             rows.append((key, str(v[key])))
     if v:
         rows.append(("deepspeed_prebuilt_ops", ", ".join(v.get("deepspeed_prebuilt_ops") or []) or "none (JIT)"))
+        built = v.get("deepspeed_built_with") or {}
+        if built.get("version") not in (None, "0.0"):
+            rows.append(("deepspeed_built_with", f"torch {built.get('version')}, CUDA {built.get('cuda_version')}"))
     for key, value in (facts.get("toolchain") or {}).items():
         rows.append((key, str(value)))
     gpu = facts.get("gpu") or {}

@@ -163,7 +163,7 @@ def test_command_json_markdown_only_and_from(runner, tmp_path, monkeypatch):
     assert "ENV307" not in [f["id"] for f in clean["findings"]]
     result = runner.invoke(cli, ["env", "--from", str(saved), "--format", "markdown"])
     assert result.exit_code == 1 and "ENV307" in result.stdout  # the saved machine's facts, not this one's
-    assert "```\n- python:" in result.stdout
+    assert "```\n- dsdoctor: " in result.stdout
     result = runner.invoke(cli, ["env", "--only", "gpu,versions", "--json", "-"])
     assert set(json.loads(result.stdout)["result"]["facts"]) == {"versions", "gpu"}
 
@@ -261,9 +261,10 @@ def test_build_ops_reports_the_compiler_failure_in_one_finding(runner, tmp_path,
                                  "--json", "-"])
     data = json.loads(result.stdout)
     assert result.exit_code == 1
-    assert [f["id"] for f in data["findings"]] == ["ENV324"]
-    assert data["findings"][0]["evidence"].startswith("CPUAdamBuilder after")
-    assert "/bin/false" in data["findings"][0]["evidence"]
+    errors = [f for f in data["findings"] if f["severity"] in ("warning", "error")]
+    assert [f["id"] for f in errors] == ["ENV324"]
+    assert errors[0]["evidence"].startswith("CPUAdamBuilder after")
+    assert "/bin/false" in errors[0]["evidence"]
 
 
 def test_build_ops_really_builds_cpu_adam(runner, tmp_path, monkeypatch):
@@ -273,7 +274,8 @@ def test_build_ops_really_builds_cpu_adam(runner, tmp_path, monkeypatch):
                                  "--json", "-"])
     data = json.loads(result.stdout)
     assert result.exit_code == 0, data["result"].get("built_ops")
-    assert [(r["name"], r["ok"]) for r in data["result"]["built_ops"]] == [("CPUAdamBuilder", True)]
+    assert [(r["name"], r["ok"], r["compiled"]) for r in data["result"]["built_ops"]] == \
+        [("CPUAdamBuilder", True, True)]
     assert list((tmp_path / "ext").rglob("cpu_adam*.so"))
 
 
@@ -338,3 +340,10 @@ def test_trial_findings_on_env(runner, tmp_path):
     assert [f["id"] for f in data["findings"]] == ["NET406"] and data["result"]["sections"] == ["network"]
     for args in (["--only", ""], ["--from", ""], ["--output-dir", ""]):
         assert runner.invoke(cli, ["env", *args]).exit_code == 2
+
+
+def test_cpu_accelerator_is_information():
+    facts = {"versions": {"torch": "2.13.0+cpu", "torch_cuda": None, "deepspeed": "0.19.8"},
+             "gpu": {"nvml": False, "gpus": []}}
+    found = diagnose(facts)
+    assert [(f.id, f.severity) for f in found] == [("ENV328", "info")]

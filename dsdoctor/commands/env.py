@@ -86,11 +86,15 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
 
         config, _ = read_ds_config(build_ops)
         needed = envcheck.ops_for_config(config)
-        results = [envcheck.build_op(name) for name in needed]
+        results = []
+        for name in needed:
+            click.echo(f"dsdoctor: building {name} (a first JIT build takes minutes)...", err=True)
+            results.append(envcheck.build_op(name))
         report.result["built_ops"] = results
         findings = findings + envcheck.build_findings(results)
         report.tables.append((f"DeepSpeed ops {build_ops} needs, built now", ["op", "built", "seconds", "error"],
-                              [[r["name"], "yes" if r["ok"] else "NO", str(r["seconds"]), r.get("error", "")]
+                              [[r["name"], ("yes" if r.get("compiled") else "yes (from the extension cache)")
+                                if r["ok"] else "NO", str(r["seconds"]), r.get("error", "")]
                                for r in results] or [["(none: the optimizer needs no DeepSpeed op)", "", "", ""]]))
     for finding in findings:
         report.add(finding)
@@ -98,7 +102,9 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
         report.add(envcheck.ENV300.finding(f"checked: {', '.join(sections)}"
                                            + ("; the saved report's port and name lookups are not redone here"
                                               if from_file and "network" in sections else "")))
-    report.block = [f"- {key}: {value}" for key, value in rows]
+    from dsdoctor import __version__
+
+    report.block = [f"- dsdoctor: {__version__}"] + [f"- {key}: {value}" for key, value in rows]
     report.block_title = "Environment (paste into a bug report)" + (f", from {from_file}" if from_file else "")
     report.result["paste_block"] = {"lines": report.block}
     return report
