@@ -1,0 +1,210 @@
+"""``dsdoctor nccl``: rendezvous, barrier, collectives with known values, and a bandwidth sweep, each stage bounded,
+with the stage and the ranks named when something hangs.
+
+Local ranks are started through torchrun (``dsdoctor.launch``); each runs :mod:`dsdoctor.nccl_worker`, which
+reports every stage as it starts and ends. Before any rank starts, the distributed variables are checked with
+``dsdoctor env``'s network rules (a busy or privileged ``MASTER_PORT``, an unresolvable ``MASTER_ADDR``, an
+``NCCL_SOCKET_IFNAME`` naming no interface).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from dsdoctor.cli import report_command
+from dsdoctor.report import DsdoctorError, Report
+from dsdoctor.rules import rule
+
+STAGES = ("rendezvous", "barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sweep", "done")
+
+#: What usually stops a stage, for the NET407 fix.
+CAUSES = {
+    "rendezvous": "a rank that never started, or cannot reach MASTER_ADDR:MASTER_PORT (wrong address, firewall, "
+                  "the port taken on the master)",
+    "barrier": "the ranks reached the store but cannot connect to each other: NCCL_SOCKET_IFNAME on the wrong "
+               "interface, a firewall between nodes, P2P broken between the GPUs (RTX 40xx: NCCL_P2P_DISABLE=1)",
+    "sweep": "a link that breaks or crawls under load (P2P/IB problems; NCCL_DEBUG=INFO shows the transport)",
+}
+
+NET407 = rule(
+    "NET407", "error", "a stage did not finish on every rank",
+    what="A probe stage (rendezvous, barrier, a collective, the sweep) did not finish on every rank within --timeout.",
+    why="The same hang in training waits for NCCL's watchdog (30 minutes by default) before any error.",
+    fix="See the evidence for the ranks and the stage; the likely causes are listed per stage.",
+    source="dsdoctor nccl stage markers; torch.distributed init_process_group timeout")
+NET408 = rule(
+    "NET408", "error", "a collective failed or returned wrong values",
+    what="A rank raised during a stage, or a collective's result differed from the known value on some rank.",
+    why="Training would crash at the same call, or silently train on corrupted gradients.",
+    fix="Read the error; run with NCCL_DEBUG=INFO; test GPUs pairwise with CUDA_VISIBLE_DEVICES.",
+    source="dsdoctor nccl (results checked on every rank)")
+NET409 = rule(
+    "NET409", "ok", "every stage passed on every rank",
+    what="Rendezvous, barrier, all-reduce, all-gather, reduce-scatter and broadcast gave the right values on every "
+         "rank, and the sweep ran.", why="", fix="", source="dsdoctor nccl")
+
+
+def read_marks(out: Path) -> dict[int, list[dict]]:
+    """Every rank's stage records (ranks with no file yet are absent)."""
+    marks = {}
+    for path in out.glob("rank*.jsonl"):
+        try:
+            rank = int(path.stem[4:])
+            marks[rank] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (ValueError, OSError):
+            continue
+    return marks
+
+
+def progress(marks: dict[int, list[dict]], world: int) -> tuple[str | None, list[int], list[tuple[int, dict]]]:
+    """(the first stage not finished by every rank, the ranks that have not finished it, failures)."""
+    failures = [(rank, m) for rank, records in marks.items() for m in records if m["status"] == "fail"]
+    for stage in STAGES:
+        behind = [r for r in range(world) if not any(m["stage"] == stage and m["status"] == "ok"
+                                                       for m in marks.get(r, []))]
+        if behind:
+            return stage, behind, failures
+    return None, [], failures
+
+
+def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int) -> Report:
+    """The body of ``dsdoctor nccl``. Raises DsdoctorError for bad options or a backend that cannot run here."""
+    from dsdoctor.checks.environment import collect, diagnose
+    from dsdoctor.checks.network import free_port
+    from dsdoctor.launch import launcher_command, terminate_tree
+
+    if nproc < 1 or nproc > 512:
+        raise DsdoctorError(f"--nproc must be between 1 and 512, got {nproc}")
+    if not 1 <= timeout_s <= 86400:
+        raise DsdoctorError(f"--timeout must be between 1 and 86400 seconds, got {timeout_s}")
+    from dsdoctor.nccl_worker import parse_size
+
+    try:
+        sweep_bytes = [parse_size(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise DsdoctorError(f"--sizes {sizes}: sizes like 1M,16M,1G") from None
+    if not sweep_bytes or any(b < 4 or b > 16 * 2 ** 30 for b in sweep_bytes):
+        raise DsdoctorError(f"--sizes {sizes}: each size between 4 bytes and 16G")
+    report = Report("nccl")
+    facts = collect(sections=("host", "network"))
+    before = [f for f in diagnose(facts) if f.id.startswith("NET")]
+    for finding in before:
+        report.add(finding)
+    if any(f.severity == "error" for f in before):
+        report.result = {"stage": "before rendezvous", "world_size": nproc}
+        return report
+    port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT", "").strip() else free_port()
+    out = Path(tempfile.mkdtemp(prefix="dsdoctor-nccl-"))
+    worker = Path(__file__).resolve().parents[1] / "nccl_worker.py"
+    cmd = launcher_command("torchrun", nproc, port, worker,
+                           ["--out", str(out), "--backend", backend, "--timeout", str(timeout_s), "--sizes", sizes,
+                            "--iters", str(iters)])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    start = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                            start_new_session=True)
+    stage_started = {"rendezvous": start}
+    timed_out = None
+    try:
+        while True:
+            marks = read_marks(out)
+            stage, behind, failures = progress(marks, nproc)
+            if stage is None or failures:
+                break
+            stage_started.setdefault(stage, time.time())
+            if proc.poll() is not None:
+                time.sleep(0.3)  # last records may still be in flight
+                marks = read_marks(out)
+                stage, behind, failures = progress(marks, nproc)
+                break
+            limit = timeout_s + (30 if stage == "rendezvous" else 0)  # process start and imports
+            if time.time() - stage_started[stage] > limit:
+                timed_out = (stage, behind)
+                break
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        terminate_tree(proc, grace_s=2)
+        raise
+    finally:
+        if proc.poll() is None:
+            terminate_tree(proc, grace_s=2)
+    output = (proc.stdout.read() if proc.stdout else "")[-3000:]
+    marks = read_marks(out)
+    stage, behind, failures = progress(marks, nproc)
+    rank0 = marks.get(0, [])
+    info = next((m for m in rank0 if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
+    sweep = next((m.get("sweep") for m in rank0 if m["stage"] == "sweep" and m["status"] == "ok"), None)
+    report.result = {"world_size": nproc, "backend": backend, "master_port": port, "elapsed_s": round(
+        time.time() - start, 1), "nccl": info.get("nccl"), "NCCL_vars": info.get("NCCL_vars", {}),
+        "stages": {s: sorted(r for r, recs in marks.items() if any(m["stage"] == s and m["status"] == "ok"
+                                                                    for m in recs)) for s in STAGES[:-1]}}
+    if sweep:
+        report.result["sweep"] = sweep
+        report.result["busbw_bytes_per_s"] = sweep[-1]["busbw"]
+        report.tables.append((f"All-reduce sweep, {nproc} ranks ({backend}; busbw = algbw x 2(n-1)/n, nccl-tests)",
+                              ["bytes", "time ms", "algbw GB/s", "busbw GB/s"],
+                              [[f"{r['bytes']:,}", f"{r['seconds'] * 1e3:.2f}", f"{r['algbw'] / 1e9:.2f}",
+                                f"{r['busbw'] / 1e9:.2f}"] for r in sweep]))
+    failed_ranks = {rank for rank, _ in failures}
+    if failures and not timed_out:
+        first_stage = min((m["stage"] for _, m in failures), key=STAGES.index)
+        silent = [r for r in range(nproc) if r not in failed_ranks and not any(
+            m["stage"] == first_stage and m["status"] == "ok" for m in marks.get(r, []))]
+        if silent:  # the failures are other ranks giving up waiting for these
+            timed_out = (first_stage, silent)
+    if timed_out:
+        stage_name, ranks = timed_out
+        never = [r for r in ranks if r not in marks]
+        started = [r for r in ranks if r in marks]
+        detail = []
+        if never:
+            detail.append(f"never started: rank {', '.join(map(str, never))}")
+        if started:
+            detail.append(f"did not finish it: rank {', '.join(map(str, started))}")
+        waited = sorted(failed_ranks)
+        if waited:
+            detail.append(f"rank {', '.join(map(str, waited))} gave up waiting")
+        report.add(NET407.finding(
+            f"stage {stage_name} after {timeout_s:g} s; {'; '.join(detail)}",
+            fix=f"Likely causes at {stage_name}: {CAUSES.get(stage_name, CAUSES['barrier'])}."))
+    elif failures:
+        for rank, m in failures[:8]:
+            report.add(NET408.finding(f"rank {rank}, stage {m['stage']}: {m.get('error', '')}"))
+    elif stage is not None:
+        report.add(NET408.finding(f"the ranks exited at stage {stage} (exit {proc.returncode}); last output: "
+                                  f"{output.strip().splitlines()[-1] if output.strip() else '(none)'}"))
+    else:
+        headline = f"; all-reduce busbw {sweep[-1]['busbw'] / 1e9:.2f} GB/s at {sweep[-1]['bytes']:,} bytes" \
+            if sweep else ""
+        report.add(NET409.finding(f"{nproc} rank(s), {backend}{headline}"))
+    return report
+
+
+@click.command("nccl")
+@click.option("--nproc", type=int, default=None, help="Local ranks (default: the visible GPUs, else 2).")
+@click.option("--backend", type=click.Choice(["nccl", "gloo"]), default=None,
+              help="nccl with GPUs, gloo on the CPU (default: by what is here).")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True, help="Seconds per stage.")
+@click.option("--sizes", default="1M,16M,64M", show_default=True, help="All-reduce sizes of the sweep.")
+@click.option("--iters", type=int, default=5, show_default=True, help="Timed iterations per size.")
+@report_command
+def nccl(nproc, backend, timeout_s, sizes, iters) -> Report:
+    """Rendezvous, barrier, collectives with known values and a bandwidth sweep across local ranks, each stage
+    bounded by --timeout, naming the stage and the ranks when one hangs."""
+    from dsdoctor.hardware import visible_gpus
+
+    gpus = visible_gpus()
+    if backend is None:
+        backend = "nccl" if gpus else "gloo"
+    if backend == "nccl" and not gpus:
+        raise DsdoctorError("--backend nccl needs NVIDIA GPUs (NVML sees none here); use --backend gloo")
+    if iters < 1:
+        raise DsdoctorError(f"--iters must be at least 1, got {iters}")
+    return run_nccl(nproc if nproc is not None else (len(gpus) if gpus else 2), backend, timeout_s, sizes, iters)

@@ -1,0 +1,85 @@
+"""`dsdoctor nccl` on this machine with gloo: real torchrun ranks, results checked on every rank, a rank that never
+joins named within the timeout, a busy MASTER_PORT found before any rank starts, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dsdoctor.nccl_worker import BUSBW_FACTOR, parse_size
+
+
+def run(*args, env=None, timeout=120):
+    full_env = {**os.environ, **(env or {})}
+    for key in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        if key not in (env or {}):
+            full_env.pop(key, None)
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "nccl", *args, "--json", "-"], capture_output=True,
+                          text=True, env=full_env, timeout=timeout)
+    return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None), time.time() - start
+
+
+def workers_left() -> int:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return sum("nccl_worker.py" in line for line in out.splitlines())
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_stage_passes_with_correct_results(nproc):
+    proc, data, _ = run("--nproc", str(nproc), "--backend", "gloo", "--timeout", "60", "--sizes", "1M,4M")
+    assert proc.returncode == 0, proc.stderr
+    assert [f["id"] for f in data["findings"]] == ["NET409"]
+    assert all(ranks == list(range(nproc)) for ranks in data["result"]["stages"].values())
+    sweep = data["result"]["sweep"]
+    assert [row["bytes"] for row in sweep] == [2 ** 20, 4 * 2 ** 20]
+    for row in sweep:
+        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * (nproc - 1) / nproc)
+
+
+def test_a_rank_that_never_joins_is_named_within_the_timeout():
+    proc, data, elapsed = run("--nproc", "2", "--backend", "gloo", "--timeout", "5",
+                              env={"DSDOCTOR_NCCL_SIMULATE_MISSING": "1"})
+    assert proc.returncode == 1
+    finding = data["findings"][0]
+    assert finding["id"] == "NET407"
+    assert finding["evidence"].startswith("stage rendezvous after 5 s; did not finish it: rank 1")
+    assert elapsed < 5 + 30 + 15  # the stage timeout (+ the start-up allowance at rendezvous)
+    assert workers_left() == 0
+
+
+def test_busy_master_port_is_found_before_any_rank_starts():
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc, data, elapsed = run("--nproc", "2", "--backend", "gloo", env={"MASTER_PORT": str(port)})
+    assert proc.returncode == 1
+    assert [f["id"] for f in data["findings"]] == ["NET401"]
+    assert data["result"]["stage"] == "before rendezvous"
+
+
+def test_busbw_factors_are_nccl_tests():
+    assert BUSBW_FACTOR["all_reduce"](8) == 2 * 7 / 8
+    assert BUSBW_FACTOR["all_gather"](8) == BUSBW_FACTOR["reduce_scatter"](8) == 7 / 8
+    assert BUSBW_FACTOR["broadcast"](8) == 1.0
+    assert parse_size("1M") == 2 ** 20 and parse_size("1G") == 2 ** 30 and parse_size("512") == 512
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--nproc", "0"], "--nproc must be between 1 and 512"),
+    (["--timeout", "0"], "--timeout must be between 1"),
+    (["--sizes", "lots"], "--sizes lots"),
+    (["--sizes", "1T"], "--sizes 1T"),
+    (["--iters", "0"], "--iters must be at least 1"),
+    (["--backend", "nccl"], "--backend nccl needs NVIDIA GPUs"),
+])
+def test_bad_options(args, message):
+    proc, _, _ = run(*args)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
