@@ -49,10 +49,28 @@ def main(argv: list[str] | None = None) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0")))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = open(out / f"rank{rank}.jsonl", "a", buffering=1)
+    log = open(out / f"rank{rank}.jsonl", "w", buffering=1)  # this run only (a launcher may reuse the dir)
+
+    current = {"stage": "rendezvous", "since": time.time()}
 
     def mark(stage: str, status: str, **extra) -> None:
         log.write(json.dumps({"stage": stage, "status": status, "t": time.time(), **extra}) + "\n")
+        if status == "start":
+            current.update(stage=stage, since=time.time())
+
+    def watchdog() -> None:  # under any launcher: a stuck rank says where it is stuck, then leaves
+        limit = args.timeout + 10
+        while True:
+            time.sleep(1)
+            if current["stage"] != "done" and time.time() - current["since"] > limit:
+                mark(current["stage"], "timeout")
+                print(f"dsdoctor nccl: rank {rank} ({socket.gethostname()}) stuck in stage {current['stage']} "
+                      f"for {limit:g} s", file=sys.stderr, flush=True)
+                os._exit(3)
+
+    import threading
+
+    threading.Thread(target=watchdog, daemon=True).start()
 
     missing = os.environ.get("DSDOCTOR_NCCL_SIMULATE_MISSING")  # tests: this rank never joins
     if missing is not None and int(missing) == rank:
@@ -152,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass
+    current["stage"] = "done"
     mark("done", "ok")
     return 0
 

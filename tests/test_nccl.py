@@ -83,3 +83,32 @@ def test_busbw_factors_are_nccl_tests():
 def test_bad_options(args, message):
     proc, _, _ = run(*args)
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def _torchrun(*args, env=None, timeout=120):
+    from dsdoctor.checks.network import free_port
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "RANK", "WORLD_SIZE")}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(free_port()), "-m", "dsdoctor", "nccl", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout)
+
+
+def test_under_an_existing_launcher():
+    """torchrun -m dsdoctor nccl: every rank runs the stages; rank 0 reports."""
+    proc = _torchrun("--backend", "gloo", "--timeout", "30", "--sizes", "1M", "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    reports = [json.loads(chunk) for chunk in proc.stdout.split("\n}\n") if chunk.strip() and
+               not chunk.strip().startswith("*") for chunk in [chunk + "\n}"]]
+    rank0 = [r for r in reports if r["result"]["rank"] == 0][0]
+    assert [f["id"] for f in rank0["findings"]] == ["NET409"] and rank0["result"]["world_size"] == 2
+
+
+def test_a_rank_that_never_arrives_under_a_launcher():
+    """Rank 0 reports the rendezvous it waited at; torchrun then stops the job (nothing hangs)."""
+    start = time.time()
+    proc = _torchrun("--backend", "gloo", "--timeout", "3", "--sizes", "1M", "--format", "json",
+                     env={"DSDOCTOR_NCCL_SIMULATE_MISSING": "1"}, timeout=90)
+    assert proc.returncode != 0 and time.time() - start < 60
+    assert '"id": "NET407"' in proc.stdout and "waited for ranks that never arrived (world size 2)" in proc.stdout

@@ -187,6 +187,46 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     return report
 
 
+def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -> Report:
+    """``dsdoctor nccl`` started by torchrun, ``deepspeed --hostfile`` or ``srun`` (RANK and WORLD_SIZE, or SLURM_*,
+    are set): this process is one rank. Every rank runs the stages with its own watchdog (a stuck rank prints its
+    rank, host and stage to stderr and exits 3); rank 0 reports, since its collectives completing means every rank
+    took part."""
+    from dsdoctor import nccl_worker
+
+    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+    world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+    job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or os.environ.get("MASTER_PORT", "x")
+    out = Path(tempfile.gettempdir()) / f"dsdoctor-nccl-{job}"
+    code = nccl_worker.main(["--out", str(out), "--backend", backend, "--timeout", str(timeout_s), "--sizes", sizes,
+                             "--iters", str(iters)])
+    marks = read_marks(out).get(rank, [])
+    report = Report("nccl", result={"world_size": world, "rank": rank, "backend": backend, "launcher": True,
+                                    "stages_ok": [m["stage"] for m in marks if m["status"] == "ok"]})
+    failed = [m for m in marks if m["status"] in ("fail", "timeout")]
+    if failed and failed[-1]["stage"] == "rendezvous":
+        m = failed[-1]
+        report.add(NET407.finding(
+            f"stage rendezvous after {timeout_s:g} s: rank {rank} ({m.get('error', m['status'])[:160]}) waited for "
+            f"ranks that never arrived (world size {world})",
+            fix=f"Likely causes at rendezvous: {CAUSES['rendezvous']}. A rank stuck elsewhere prints "
+                f"'dsdoctor nccl: rank R (host) stuck in stage S' to stderr."))
+    elif failed:
+        m = failed[-1]
+        stage_name = m["stage"]
+        if m["status"] == "timeout":
+            report.add(NET407.finding(f"rank {rank} stuck in stage {stage_name}",
+                                      fix=f"Likely causes at {stage_name}: {CAUSES.get(stage_name, CAUSES['barrier'])}."))
+        else:
+            report.add(NET408.finding(f"rank {rank}, stage {stage_name}: {m.get('error', '')}"))
+    elif code == 0 and rank == 0:
+        sweep = next((m.get("sweep") for m in marks if m["stage"] == "sweep" and m["status"] == "ok"), None)
+        report.result["sweep"] = sweep
+        report.add(NET409.finding(f"{world} ranks, {backend}; all-reduce busbw {sweep[-1]['busbw'] / 1e9:.2f} GB/s "
+                                  f"at {sweep[-1]['bytes']:,} bytes" if sweep else f"{world} ranks, {backend}"))
+    return report
+
+
 @click.command("nccl")
 @click.option("--nproc", type=int, default=None, help="Local ranks (default: the visible GPUs, else 2).")
 @click.option("--backend", type=click.Choice(["nccl", "gloo"]), default=None,
@@ -207,4 +247,6 @@ def nccl(nproc, backend, timeout_s, sizes, iters) -> Report:
         raise DsdoctorError("--backend nccl needs NVIDIA GPUs (NVML sees none here); use --backend gloo")
     if iters < 1:
         raise DsdoctorError(f"--iters must be at least 1, got {iters}")
+    if (os.environ.get("RANK") and os.environ.get("WORLD_SIZE")) or os.environ.get("SLURM_PROCID"):
+        return run_under_launcher(backend, timeout_s, sizes, iters)
     return run_nccl(nproc if nproc is not None else (len(gpus) if gpus else 2), backend, timeout_s, sizes, iters)
