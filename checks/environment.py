@@ -251,6 +251,14 @@ NET406 = rule(
         "Permission denied)'.",
     fix="Use a port of 1024 or above, e.g. --master_port 29501 (or MASTER_PORT=29501).",
     source="https://github.com/liucongg/ChatGLM-Finetuning/issues/140; bind(2) EACCES")
+NET410 = rule(
+    "NET410", "warning", "MASTER_ADDR cannot be reached from here",
+    what="MASTER_ADDR is another host and a TCP connection to it times out or has no route.",
+    why="This node's ranks wait at rendezvous until the timeout: a firewall, a wrong subnet or the wrong address "
+        "(an interface the other nodes cannot reach).",
+    fix="Use the master's address on the network the nodes share (ip -br addr on the master), open MASTER_PORT "
+        "in its firewall, and check with: nc -vz MASTER_ADDR MASTER_PORT",
+    source="connect(2) to MASTER_ADDR:MASTER_PORT with a 2 s timeout; torch/distributed/rendezvous.py")
 NET405 = rule(
     "NET405", "error", "MASTER_ADDR does not resolve",
     what="MASTER_ADDR is set to a name this host cannot resolve.",
@@ -768,13 +776,51 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             addr = net.get("MASTER_ADDR")
             if addr:
                 try:
-                    socket.getaddrinfo(addr, None)
+                    infos = socket.getaddrinfo(addr, None)
                 except (OSError, UnicodeError):
                     out.append(NET405.finding(f"MASTER_ADDR={addr!r} does not resolve on {socket.gethostname()}"))
+                else:
+                    port = (net.get("MASTER_PORT") or "29500").strip()
+                    unreachable = _unreachable(infos[0][4][0], port)
+                    if unreachable:
+                        out.append(NET410.finding(f"MASTER_ADDR={addr} port {port}: {unreachable}"))
             found = master_port_finding({"MASTER_PORT": net.get("MASTER_PORT") or ""})
             if found:
                 out.append(found)
     return out
+
+
+def _unreachable(ip: str, port: str, timeout_s: float = 2.0) -> str | None:
+    """Why ``ip:port`` cannot be reached (a timeout, no route), or None: reachable, refused (nothing listens yet,
+    normal before the job starts), a local address, or a port that is not a number."""
+    import errno
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(ip)
+        port_number = int(str(port).strip())
+    except ValueError:
+        return None
+    if address.is_loopback or address.is_unspecified or ip in _local_addresses():
+        return None
+    try:
+        with socket.create_connection((ip, port_number), timeout=timeout_s):
+            return None
+    except socket.timeout:
+        return f"no answer within {timeout_s:g} s"
+    except ConnectionRefusedError:
+        return None
+    except OSError as exc:
+        if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return exc.strerror
+        return None
+
+
+def _local_addresses() -> set[str]:
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return set()
 
 
 def _ifname_findings(value: str, interfaces: list[str]) -> list[Finding]:
