@@ -1,5 +1,5 @@
-"""Environment checks (``ENV3xx``, and ``NET4xx`` for the distributed variables): the facts of a machine and the
-verdicts on them.
+"""Environment checks (``ENV3xx``; the distributed variables go to :mod:`dsdoctor.checks.network`'s ``NET4xx``):
+the facts of a machine and the verdicts on them.
 
 Facts are gathered by :func:`collect` through a :class:`Probe` (environment, executables, NVML), so every rule can
 be tested with controlled inputs; :func:`diagnose` turns facts into findings and never imports anything. The fast
@@ -226,45 +226,6 @@ ENV328 = rule(
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                 0x80: "hardware power brake"}
-
-NET402 = rule(
-    "NET402", "error", "NCCL_SOCKET_IFNAME names no interface here",
-    what="NCCL_SOCKET_IFNAME selects no network interface of this host (or only loopback/docker bridges).",
-    why="NCCL finds no usable interface ('Bootstrap : no socket interface found') or, on lo/docker0, ranks on other "
-        "nodes never connect and the first collective hangs until the timeout.",
-    fix="Set it to the interface the nodes reach each other on (ip -br addr; e.g. NCCL_SOCKET_IFNAME=eth0), or unset it.",
-    source="NCCL environment variables: NCCL_SOCKET_IFNAME (prefix match, ^ excludes, = exact)")
-NET403 = rule(
-    "NET403", "info", "NCCL_DEBUG is on",
-    what="NCCL_DEBUG is INFO or TRACE.", why="Useful for a hang, noisy (and slower) for a long run.",
-    fix="unset NCCL_DEBUG after debugging (WARN is the quiet useful level).", source="NCCL environment variables")
-NET404 = rule(
-    "NET404", "info", "an NCCL transport is disabled",
-    what="NCCL_P2P_DISABLE or NCCL_IB_DISABLE is set to 1.",
-    why="Often copied from an answer about a consumer-GPU hang (RTX 4090 P2P); on NVLink or InfiniBand machines it "
-        "makes every all-reduce go through host memory or TCP.",
-    fix="Unset it unless this machine needs it (dsdoctor nccl measures both ways).", source="NCCL environment variables")
-NET406 = rule(
-    "NET406", "error", "MASTER_PORT below 1024 for a user who is not root",
-    what="MASTER_PORT is a privileged port (below 1024) and the process is not root.",
-    why="The rendezvous store cannot bind: 'The server socket has failed to bind to [::]:520 (errno: 13 - "
-        "Permission denied)'.",
-    fix="Use a port of 1024 or above, e.g. --master_port 29501 (or MASTER_PORT=29501).",
-    source="https://github.com/liucongg/ChatGLM-Finetuning/issues/140; bind(2) EACCES")
-NET410 = rule(
-    "NET410", "warning", "MASTER_ADDR cannot be reached from here",
-    what="MASTER_ADDR is another host and a TCP connection to it times out or has no route.",
-    why="This node's ranks wait at rendezvous until the timeout: a firewall, a wrong subnet or the wrong address "
-        "(an interface the other nodes cannot reach).",
-    fix="Use the master's address on the network the nodes share (ip -br addr on the master), open MASTER_PORT "
-        "in its firewall, and check with: nc -vz MASTER_ADDR MASTER_PORT",
-    source="connect(2) to MASTER_ADDR:MASTER_PORT with a 2 s timeout; torch/distributed/rendezvous.py")
-NET405 = rule(
-    "NET405", "error", "MASTER_ADDR does not resolve",
-    what="MASTER_ADDR is set to a name this host cannot resolve.",
-    why="Every rank fails at rendezvous ('Name or service not known'), or waits until the timeout.",
-    fix="Use the master node's IP address, or add the name to /etc/hosts on every node.",
-    source="torch/distributed/rendezvous.py (env:// init)")
 
 #: Combinations seen failing in public reports: (package, first bad version, first good version, the package it
 #: breaks with, what happens, fix, source). Versions compare numerically on their first three numbers.
@@ -641,7 +602,7 @@ def arch_list_problems(value: str) -> tuple[list[str], list[str]]:
 def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Finding]:
     """Findings for ``facts`` (from :func:`collect`, or a saved ``dsdoctor env --json`` result). ``env`` holds the
     distributed variables; ``live`` is False for saved facts (no port or name lookups on this machine then)."""
-    from dsdoctor.checks.network import master_port_finding
+    from dsdoctor.checks.network import network_findings
 
     out: list[Finding] = []
     v, tc, gpu = facts.get("versions"), facts.get("toolchain"), facts.get("gpu") or {}
@@ -758,91 +719,8 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         if host.get("memlock") is not None and host["memlock"] < 64 * GIB:
             out.append(ENV313.finding(f"ulimit -l: {host['memlock'] // 1024} KiB"))
     if net is not None:
-        ifname = net.get("NCCL_SOCKET_IFNAME")
-        if ifname:
-            out.extend(_ifname_findings(ifname, net.get("interfaces") or []))
-        if (net.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
-            out.append(NET403.finding(f"NCCL_DEBUG={net['NCCL_DEBUG']}"))
-        consumer = any(re.search(r"RTX 40\d\d", g.get("name", "")) for g in gpus)
-        disabled = [k for k in ("NCCL_P2P_DISABLE", "NCCL_IB_DISABLE") if (net.get(k) or "").strip() == "1"
-                    and not (consumer and k == "NCCL_P2P_DISABLE")]
-        if disabled:
-            out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
-        port = (net.get("MASTER_PORT") or "").strip()
-        euid = net.get("euid", (host or {}).get("euid"))
-        if port.isdecimal() and 0 < int(port) < 1024 and euid not in (None, 0):
-            out.append(NET406.finding(f"MASTER_PORT={port}; running as uid {euid}"))
-        if live:
-            addr = net.get("MASTER_ADDR")
-            if addr:
-                try:
-                    infos = socket.getaddrinfo(addr, None)
-                except (OSError, UnicodeError):
-                    out.append(NET405.finding(f"MASTER_ADDR={addr!r} does not resolve on {socket.gethostname()}"))
-                else:
-                    port = (net.get("MASTER_PORT") or "29500").strip()
-                    unreachable = _unreachable(infos[0][4][0], port)
-                    if unreachable:
-                        out.append(NET410.finding(f"MASTER_ADDR={addr} port {port}: {unreachable}"))
-            found = master_port_finding({"MASTER_PORT": net.get("MASTER_PORT") or ""})
-            if found:
-                out.append(found)
+        out.extend(network_findings(net, euid=net.get("euid", (host or {}).get("euid")), gpus=gpus, live=live))
     return out
-
-
-def _unreachable(ip: str, port: str, timeout_s: float = 2.0) -> str | None:
-    """Why ``ip:port`` cannot be reached (a timeout, no route), or None: reachable, refused (nothing listens yet,
-    normal before the job starts), a local address, or a port that is not a number."""
-    import errno
-    import ipaddress
-
-    try:
-        address = ipaddress.ip_address(ip)
-        port_number = int(str(port).strip())
-    except ValueError:
-        return None
-    if address.is_loopback or address.is_unspecified or ip in _local_addresses():
-        return None
-    try:
-        with socket.create_connection((ip, port_number), timeout=timeout_s):
-            return None
-    except socket.timeout:
-        return f"no answer within {timeout_s:g} s"
-    except ConnectionRefusedError:
-        return None
-    except OSError as exc:
-        if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
-            return exc.strerror
-        return None
-
-
-def _local_addresses() -> set[str]:
-    try:
-        return {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
-    except OSError:
-        return set()
-
-
-def _ifname_findings(value: str, interfaces: list[str]) -> list[Finding]:
-    """NET402 for an NCCL_SOCKET_IFNAME that selects nothing, or only lo / docker bridges. NCCL's syntax: a
-    comma-separated list of prefixes; ``^`` excludes; ``=`` matches exactly."""
-    exclude = value.startswith("^")
-    body = value[1:] if exclude else value
-    exact = body.startswith("=")
-    names = [n.strip() for n in (body[1:] if exact else body).split(",") if n.strip()]
-
-    def matches(iface: str) -> bool:
-        return any(iface == n if exact else iface.startswith(n) for n in names)
-
-    selected = [i for i in interfaces if (not matches(i)) == exclude]
-    if not interfaces:
-        return []
-    if not selected:
-        return [NET402.finding(f"NCCL_SOCKET_IFNAME={value}; interfaces here: {', '.join(interfaces)}")]
-    if all(i == "lo" or i.startswith(("docker", "virbr", "veth")) for i in selected):
-        return [NET402.finding(f"NCCL_SOCKET_IFNAME={value} selects only {', '.join(selected)}", severity="warning",
-                               title="NCCL_SOCKET_IFNAME selects only loopback or container bridges")]
-    return []
 
 
 def paste_block(facts: dict) -> list[tuple[str, str]]:

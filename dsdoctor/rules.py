@@ -16,7 +16,7 @@ from dsdoctor.report import SEVERITY_RANK, Finding
 #: Modules that declare rules; importing them must stay cheap (no torch, no deepspeed).
 FAMILIES = ("dsdoctor.checks.deepspeed_config", "dsdoctor.checks.hf_trainer", "dsdoctor.checks.training", "dsdoctor.checks.data",
             "dsdoctor.checks.network", "dsdoctor.checks.memory",
-            "dsdoctor.checks.environment", "dsdoctor.commands.nccl")
+            "dsdoctor.checks.environment")
 
 _RULES: dict[str, Rule] = {}
 

@@ -352,12 +352,12 @@ def test_cpu_accelerator_is_information():
 def test_unreachable_master(monkeypatch):
     import errno
 
-    from dsdoctor.checks import environment
+    from dsdoctor.checks import network
 
     def timeout(*a, **k):
         raise socket.timeout()
 
-    monkeypatch.setattr(environment.socket, "create_connection", timeout)
+    monkeypatch.setattr(network.socket, "create_connection", timeout)
     net = {"MASTER_ADDR": "203.0.113.7", "MASTER_PORT": "29500", "interfaces": []}
     found = [f for f in diagnose({"network": net}) if f.id == "NET410"]
     assert found and found[0].evidence == "MASTER_ADDR=203.0.113.7 port 29500: no answer within 2 s"
@@ -365,13 +365,13 @@ def test_unreachable_master(monkeypatch):
     def no_route(*a, **k):
         raise OSError(errno.EHOSTUNREACH, "No route to host")
 
-    monkeypatch.setattr(environment.socket, "create_connection", no_route)
+    monkeypatch.setattr(network.socket, "create_connection", no_route)
     assert [f.evidence for f in diagnose({"network": net}) if f.id == "NET410"] == \
         ["MASTER_ADDR=203.0.113.7 port 29500: No route to host"]
 
     def refused(*a, **k):
         raise ConnectionRefusedError()
 
-    monkeypatch.setattr(environment.socket, "create_connection", refused)  # nothing listens yet: normal
+    monkeypatch.setattr(network.socket, "create_connection", refused)  # nothing listens yet: normal
     assert "NET410" not in ids({"network": net})
     assert "NET410" not in ids({"network": {**net, "MASTER_ADDR": "127.0.0.1"}})

@@ -19,8 +19,8 @@ from pathlib import Path
 import click
 
 from dsdoctor.cli import report_command
+from dsdoctor.checks.network import NET407, NET408, NET409
 from dsdoctor.report import DsdoctorError, Report
-from dsdoctor.rules import rule
 
 STAGES = ("rendezvous", "barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sweep", "done")
 
@@ -32,24 +32,6 @@ CAUSES = {
                "interface, a firewall between nodes, P2P broken between the GPUs (RTX 40xx: NCCL_P2P_DISABLE=1)",
     "sweep": "a link that breaks or crawls under load (P2P/IB problems; NCCL_DEBUG=INFO shows the transport)",
 }
-
-NET407 = rule(
-    "NET407", "error", "a stage did not finish on every rank",
-    what="A probe stage (rendezvous, barrier, a collective, the sweep) did not finish on every rank within --timeout.",
-    why="The same hang in training waits for NCCL's watchdog (30 minutes by default) before any error.",
-    fix="See the evidence for the ranks and the stage; the likely causes are listed per stage.",
-    source="dsdoctor nccl stage markers; torch.distributed init_process_group timeout")
-NET408 = rule(
-    "NET408", "error", "a collective failed or returned wrong values",
-    what="A rank raised during a stage, or a collective's result differed from the known value on some rank.",
-    why="Training would crash at the same call, or silently train on corrupted gradients.",
-    fix="Read the error; run with NCCL_DEBUG=INFO; test GPUs pairwise with CUDA_VISIBLE_DEVICES.",
-    source="dsdoctor nccl (results checked on every rank)")
-NET409 = rule(
-    "NET409", "ok", "every stage passed on every rank",
-    what="Rendezvous, barrier, all-reduce, all-gather, reduce-scatter and broadcast gave the right values on every "
-         "rank, and the sweep ran.", why="", fix="", source="dsdoctor nccl")
-
 
 def read_marks(out: Path) -> dict[int, list[dict]]:
     """Every rank's stage records (ranks with no file yet are absent)."""
