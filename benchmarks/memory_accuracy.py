@@ -206,23 +206,15 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
 
 
 def predict(point: dict, cal=None):
-    """dsdoctor's estimate for a grid point (1 GPU, one node)."""
-    from dsdoctor.checks.memory import (CALIBRATION, Setup, accelerate_estimator_bytes, deepspeed_estimator_bytes,
-                                        estimate)
-    from dsdoctor.models import default_lora_targets, resolve_arch, trainable_params
+    """dsdoctor's estimate for a grid point (1 GPU, one node), through ``dsdoctor estimate``'s own ``build_setup``."""
+    from dsdoctor.checks.memory import CALIBRATION, accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
+    from dsdoctor.commands.estimate import build_setup
 
-    arch = resolve_arch(point["model"])
-    targets = tuple(point["lora_targets"]) if point.get("lora_targets") else default_lora_targets(arch)
-    trainable = trainable_params(arch, point["method"], lora_r=point.get("lora_r", 8), lora_targets=targets,
-                                 freeze_last=point.get("freeze_last", 2), prefix_tokens=point.get("prefix_tokens", 16))
-    setup = Setup(arch=arch, total_params=arch.total_params + (trainable if point["method"] in ("lora", "ptuning")
-                                                                 else 0),
-                  trainable_params=trainable, method=point["method"], zero_stage=point["zero"],
-                  offload_optimizer=point.get("offload_optimizer", "none"),
-                  offload_param=point.get("offload_param", "none"), micro_batch=point["micro_batch"],
-                  seq_len=point["seq_len"], grad_ckpt=point.get("grad_ckpt", True),
-                  precision=point.get("precision", "bf16"), lora_targets=targets,
-                  lora_dropout=point.get("lora_dropout", 0.05), freeze_last=point.get("freeze_last", 2))
+    setup, _, _ = build_setup(
+        point["model"], point["method"], point.get("lora_r", 8), ",".join(point.get("lora_targets") or []) or None,
+        point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
+        point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
+        point["seq_len"], point.get("grad_ckpt", True), point.get("precision", "bf16"))
     est = estimate(setup, cal or CALIBRATION)
     return est, deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 

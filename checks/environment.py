@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from dsdoctor.hardware import host_ram_bytes
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
 
@@ -241,10 +242,6 @@ KNOWN_BAD = [
      "pip install 'accelerate>=0.26' (the change was reverted)",
      "https://github.com/huggingface/accelerate/pull/2304"),
 ]
-
-
-def _v3(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
 @dataclass
@@ -494,14 +491,10 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
         cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")  # torch's _find_cuda_home reads both
         nvcc_path = (os.path.join(cuda_home, "bin", "nvcc") if cuda_home and
                      os.path.exists(os.path.join(cuda_home, "bin", "nvcc")) else probe.which("nvcc"))
-        futures = {
-            "nvcc": pool.submit(probe.run, [nvcc_path, "--version"]) if nvcc_path and "toolchain" in sections else None,
-            "gcc": pool.submit(probe.run, [probe.which(env.get("CXX") or "c++"), "--version"])
-            if "toolchain" in sections and probe.which(env.get("CXX") or "c++") else None,
-            "ninja": pool.submit(probe.run, [probe.which("ninja"), "--version"])
-            if "toolchain" in sections and probe.which("ninja") else None,
-            "nvml": pool.submit(probe.nvml) if ({"gpu", "toolchain", "versions"} & set(sections)) else None,
-        }
+        tools = {"nvcc": nvcc_path, "gcc": probe.which(env.get("CXX") or "c++"), "ninja": probe.which("ninja")}
+        futures = {name: pool.submit(probe.run, [path, "--version"]) if path and "toolchain" in sections else None
+                   for name, path in tools.items()}
+        futures["nvml"] = pool.submit(probe.nvml) if {"gpu", "toolchain", "versions"} & set(sections) else None
         if "versions" in sections:
             torch_version = _module_file_values("torch", "version.py")
             ds_build = _module_file_values("deepspeed", "git_version_info_installed.py")
@@ -543,7 +536,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
         shm = _statvfs_bytes("/dev/shm")
         memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
         facts["host"] = {"hostname": socket.gethostname(), "euid": os.geteuid(), "cores": os.cpu_count(),
-                         "ram": _meminfo("MemTotal"),
+                         "ram": host_ram_bytes(),
                          "dev_shm": shm, "memlock": None if memlock == resource.RLIM_INFINITY else memlock,
                          "output_dir": output_dir, "output_dir_free": _free_bytes(output_dir)}
     if "network" in sections:
@@ -572,23 +565,9 @@ def _free_bytes(path: str) -> int | None:
         return None
 
 
-def _meminfo(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def _major(version: str | None) -> int | None:
-    found = re.match(r"(\d+)", version or "")
-    return int(found.group(1)) if found else None
-
-
-def _vtuple(version: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", version or "")[:2])
+def _numbers(version: str | None, parts: int) -> tuple[int, ...]:
+    """The first ``parts`` numbers of a version, local part dropped: ``_numbers("2.5.1+cu124", 2) == (2, 5)``."""
+    return tuple(int(x) for x in re.findall(r"\d+", (version or "").split("+")[0])[:parts])
 
 
 def arch_list_problems(value: str) -> tuple[list[str], list[str]]:
@@ -615,7 +594,7 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.append(ENV302.finding(f"torch {v['torch']} (torch.version.cuda None); NVML: {len(gpus)} x "
                                       f"{gpus[0]['name']}"))
         if v.get("torch_cuda") and gpu.get("driver_cuda") and \
-                _vtuple(v["torch_cuda"])[:1] > _vtuple(gpu["driver_cuda"])[:1]:
+                _numbers(v["torch_cuda"], 1) > _numbers(gpu["driver_cuda"], 1):
             out.append(ENV303.finding(f"torch {v['torch']} is built for CUDA {v['torch_cuda']}; driver "
                                       f"{gpu.get('driver')} supports CUDA up to {gpu['driver_cuda']}"))
         if not v.get("deepspeed"):
@@ -624,22 +603,22 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.append(ENV328.finding(f"torch {v['torch']} (no CUDA); no NVIDIA GPU seen"))
         built = v.get("deepspeed_built_with") or {}
         if v.get("deepspeed_prebuilt_ops") and v.get("torch") and built.get("version") not in (None, "0.0") and \
-                _vtuple(built.get("version")) != _vtuple(v["torch"]):
+                _numbers(built.get("version"), 2) != _numbers(v["torch"], 2):
             out.append(ENV317.finding(f"prebuilt ops {', '.join(v['deepspeed_prebuilt_ops'])} built with torch "
                                       f"{built.get('version')} / CUDA {built.get('cuda_version')}; installed torch "
                                       f"{v['torch']} / CUDA {v.get('torch_cuda')}"))
         for pkg, first_bad, first_good, other, what, fix, source in KNOWN_BAD:
             have, have_other = v.get(pkg), v.get(other)
-            if have and have_other and _v3(first_bad) <= _v3(have) < _v3(first_good):
+            if have and have_other and _numbers(first_bad, 3) <= _numbers(have, 3) < _numbers(first_good, 3):
                 found = ENV310.finding(f"{pkg} {have} with {other} {have_other}: {what}", fix=fix)
                 out.append(replace(found, source=source))
     if tc is not None:
         cuda_torch = (v or {}).get("torch_cuda")
         jit = not (v or {}).get("deepspeed_prebuilt_ops")
-        if cuda_torch and tc.get("nvcc_cuda") and _major(tc["nvcc_cuda"]) != _major(cuda_torch):
+        if cuda_torch and tc.get("nvcc_cuda") and _numbers(tc["nvcc_cuda"], 1) != _numbers(cuda_torch, 1):
             out.append(ENV304.finding(f"nvcc ({tc.get('nvcc')}) is CUDA {tc['nvcc_cuda']}; torch is built for CUDA "
                                       f"{cuda_torch}",
-                                      fix=f"Point CUDA_HOME at a CUDA {_major(cuda_torch)}.x toolkit (e.g. "
+                                      fix=f"Point CUDA_HOME at a CUDA {_numbers(cuda_torch, 1)[0]}.x toolkit (e.g. "
                                           f"/usr/local/cuda-{cuda_torch}), or install the torch build for CUDA "
                                           f"{tc['nvcc_cuda']}."))
         if cuda_torch and tc.get("CUDA_HOME") and tc.get("cuda_home_has_nvcc") is False:
@@ -658,13 +637,13 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             bad, good = arch_list_problems(arch)
             if bad:
                 fixed = sorted({m for e in re.split(r"[;,\s]+", arch) for m in re.findall(r"\d+\.\d+", e)},
-                               key=_vtuple)
+                               key=lambda e: _numbers(e, 2))
                 out.append(ENV307.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}: {', '.join(repr(b) for b in bad)}",
                                           fix=f'export TORCH_CUDA_ARCH_LIST="{";".join(fixed)}"' if fixed
                                           else ENV307.fix))
             caps = sorted({g["capability"] for g in gpus})
             covered = [c for c in caps if any(e.split("+")[0] == c or (e.endswith("+PTX") and
-                                                                        _vtuple(e) <= _vtuple(c)) for e in good)]
+                                                                        _numbers(e, 2) <= _numbers(c, 2)) for e in good)]
             if caps and good and len(covered) < len(caps):
                 out.append(ENV308.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}; GPUs here: compute capability "
                                           f"{', '.join(caps)}"))

@@ -19,7 +19,7 @@ the measurements it came from.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from dsdoctor.models import Arch
 from dsdoctor.rules import rule
@@ -36,9 +36,9 @@ class Calibration:
     - ``cuda_context_bytes``: NVML "used" minus the caching allocator's reserved bytes, ZeRO-0 to 2: the CUDA
       context, cuBLAS workspaces and NCCL's buffers (1.29 GiB on every such run);
     - ``cuda_context_zero3_bytes``: the same under ZeRO-3 (1.67 GiB on every ZeRO-3 run);
-    - the caching allocator's slack (reserved minus peak allocated) was fitted by least squares on the 10 fit
-      points as ``slack_base_bytes`` + ``slack_logits`` x the largest fp32 logits tensor (4 x tokens x vocabulary:
-      the loss's blocks that later requests only partly reuse) + ``slack_moments`` x the Adam moments created at
+    - the caching allocator's slack (reserved minus peak allocated) was fitted by least squares on the 9 round-1
+      fit points that fit in memory, as ``slack_base_bytes`` + ``slack_logits`` x the largest fp32 logits tensor
+      (4 x tokens x vocabulary: the loss's blocks that later requests only partly reuse) + ``slack_moments`` x the Adam moments created at
       the first step of a full fine-tune (8 Ψ_t / N on the GPU, per sub-group under ZeRO-3: they come on top of
       the cached activation blocks);
     - ``offload_gpu_bytes``: what ZeRO-Offload keeps allocated on the GPU beside the 16-bit weights (0.5 GiB on the
@@ -133,7 +133,6 @@ class Estimate:
     reserved: int
     total: int
     host: dict[str, int]
-    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -208,7 +207,7 @@ def activation_bytes(setup: Setup) -> int:
     return sum(n * layer_activation_bytes_per_token(arch, setup, trainable) * tokens for n, trainable in layers)
 
 
-def model_state_bytes(setup: Setup) -> dict[str, int]:
+def model_state_bytes(setup: Setup, cal: Calibration = CALIBRATION) -> dict[str, int]:
     """Weights, gradients and optimizer states on one GPU, and what offload puts on the host (per rank), bytes.
 
     ZeRO paper section 3 (Ψ parameters, N data-parallel ranks): 16-bit weights 2Ψ (partitioned by ZeRO-3
@@ -250,7 +249,7 @@ def model_state_bytes(setup: Setup) -> dict[str, int]:
     if setup.offloaded:  # fp32 gradients, master and moments live on the host; ZeRO-3 keeps its reduce bucket
         host_optimizer = optimizer + 4 * psi_t // n
         optimizer, step_extra, grads, persistent_grads = 0, 0, 0, 0
-        bucket = (bucket if stage == 3 else 0) + CALIBRATION.offload_gpu_bytes
+        bucket = (bucket if stage == 3 else 0) + cal.offload_gpu_bytes
     host_params = w * psi // n if (stage == 3 and setup.offload_param != "none") else 0
     return {"weights": weights, "optimizer_states": optimizer, "gradients": grads,
             "persistent_gradients": persistent_grads, "deepspeed_buffers": bucket, "step_extra": step_extra,
@@ -268,7 +267,7 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     """
     arch = setup.arch
     tokens = setup.micro_batch * setup.seq_len
-    states = model_state_bytes(setup)
+    states = model_state_bytes(setup, cal)
     activations = activation_bytes(setup)
     logits = tokens * arch.vocab_size * LOGITS_BYTES_PER_ELEMENT
     hidden = (4 if setup.precision == "fp32" else 2) * arch.hidden_size * tokens
@@ -313,11 +312,8 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
             "offload_per_node": offload_node, "model_load_per_node": load_node,
             "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + load_node}
-    notes = []
-    if setup.offload_optimizer != "none" and setup.zero_stage == 0:
-        notes.append("offload_optimizer needs ZeRO-1 or above; ignored at stage 0")
     return Estimate(terms=terms, phases=phases, peak_phase=peak_phase, allocated=allocated, reserved=reserved,
-                    total=total, host=host, notes=notes)
+                    total=total, host=host)
 
 
 def max_micro_batch(setup: Setup, gpu_bytes: int, cal: Calibration = CALIBRATION, limit: int = 4096) -> int:

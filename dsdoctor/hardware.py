@@ -102,3 +102,15 @@ def visible_gpus() -> list[Gpu]:
         if all(v.isdigit() for v in wanted):
             gpus = [gpus[int(v)] for v in wanted if int(v) < len(gpus)]
     return gpus
+
+
+def host_ram_bytes() -> int | None:
+    """This host's RAM (``MemTotal`` of ``/proc/meminfo``), bytes; None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -99,8 +99,13 @@ def test_under_an_existing_launcher():
     """torchrun -m dsdoctor nccl: every rank runs the stages; rank 0 reports."""
     proc = _torchrun("--backend", "gloo", "--timeout", "30", "--sizes", "1M", "--format", "json")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    reports = [json.loads(chunk) for chunk in proc.stdout.split("\n}\n") if chunk.strip() and
-               not chunk.strip().startswith("*") for chunk in [chunk + "\n}"]]
+    reports, decoder, text = [], json.JSONDecoder(), proc.stdout
+    start = text.find("{")
+    while start != -1:  # each rank prints one JSON report; torchrun's banner sits between them
+        report, end = decoder.raw_decode(text, start)
+        reports.append(report)
+        start = text.find("{", end)
+    assert len(reports) == 2
     rank0 = [r for r in reports if r["result"]["rank"] == 0][0]
     assert [f["id"] for f in rank0["findings"]] == ["NET409"] and rank0["result"]["world_size"] == 2
 

@@ -27,8 +27,10 @@ def host_ram_check(deepspeed: str, model: str, method: str, facts: dict) -> tupl
     if not ram:
         raise DsdoctorError("--deepspeed: this host's RAM is unknown (/proc/meminfo unreadable)")
     gpus = len((facts.get("gpu") or {}).get("gpus") or []) or None
-    estimate = run_estimate(model, 2, "none", "none", method, 8, None, 0.05, 2, 16, gpus, 1, 1, 1024, True, "bf16",
-                            deepspeed, None, ram / 2 ** 30, False, set())
+    estimate = run_estimate(model=model, zero=2, offload_optimizer="none", offload_param="none", method=method,
+                            lora_r=8, lora_targets=None, lora_dropout=0.05, freeze_last=2, prefix_tokens=16,
+                            gpus=gpus, nodes=1, micro_batch=1, seq_len=1024, grad_ckpt=True, precision="bf16",
+                            deepspeed=deepspeed, gpu_mem=None, host_mem=ram / 2 ** 30, compare=False, explicit=set())
     return [f for f in estimate.findings if f.id == "MEM504"], estimate.result["host_bytes"]
 
 

@@ -224,7 +224,7 @@ def what_to_change(setup, gpu_bytes: int) -> list[dict]:
     if setup.offload_optimizer == "none" and setup.method in ("full", "freeze"):
         options.append(("offload_optimizer", "offload_optimizer to cpu" + ("" if setup.zero_stage else " (ZeRO-1)"),
                         replace(setup, offload_optimizer="cpu", zero_stage=max(setup.zero_stage, 1))))
-    if setup.offload_param == "none" and setup.world_size >= 1:
+    if setup.offload_param == "none":
         options.append(("offload_param", "ZeRO-3 with offload_param and offload_optimizer to cpu",
                         replace(setup, zero_stage=3, offload_param="cpu", offload_optimizer="cpu")))
     if setup.seq_len > 256:
@@ -278,6 +278,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         values["offload_optimizer"], values["offload_param"], gpus_per_node, nodes, values["micro_batch"], seq_len,
         grad_ckpt, values["precision"], extra)
     est = mem.estimate(setup)
+    states = mem.model_state_bytes(setup)
     arch = setup.arch
     report = Report("estimate")
 
@@ -292,8 +293,8 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                   "grad_ckpt": setup.grad_ckpt, "precision": setup.precision,
                   "lora_targets": list(setup.lora_targets), "from_deepspeed_config": from_config},
         "per_gpu_bytes": per_gpu,
-        "model_states_bytes": mem.model_state_bytes(setup)["weights"] + mem.model_state_bytes(setup)["gradients"]
-        + mem.model_state_bytes(setup)["persistent_gradients"] + mem.model_state_bytes(setup)["optimizer_states"],
+        "model_states_bytes": sum(states[k] for k in ("weights", "gradients", "persistent_gradients",
+                                                      "optimizer_states")),
         "peak_phase": est.peak_phase, "phases_bytes": est.phases,
         "allocated_bytes": est.allocated, "reserved_bytes": est.reserved,
         "host_bytes": est.host, "gpu_memory_bytes": gpu_bytes, "gpu_source": gpu_source,
@@ -384,7 +385,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                 report.add(mem.MEM503.finding(f"without offload: {gib(plain_total)} of {gib(gpu_bytes)} GiB"))
 
     # host RAM
-    host_total = int(host_mem * GIB) if host_mem else (_this_host_ram() if gpu_source.endswith("NVML)") else None)
+    from dsdoctor.hardware import host_ram_bytes
+
+    host_total = int(host_mem * GIB) if host_mem else (host_ram_bytes() if gpu_source.endswith("NVML)") else None)
     if host_total and est.host["needed_per_node"] > 0.9 * host_total:
         offload = (f"{gib(est.host['offload_per_node'])} GiB of offloaded states x {mem.HOST_BUFFER_FACTOR} for "
                    f"pinned buffers, plus " if est.host["offload_per_node"] else "")
@@ -399,9 +402,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                                       f"(vocabulary {arch.vocab_size:,})"))
     if method == "ptuning" and setup.grad_ckpt:
         report.add(mem.MEM507.finding("--method ptuning with gradient checkpointing on"))
-    if notes + est.notes:
-        report.tables.append(("Notes", ["note"], [[note] for note in notes + est.notes]))
-    result["notes"] = notes + est.notes
+    if notes:
+        report.tables.append(("Notes", ["note"], [[note] for note in notes]))
+    result["notes"] = notes
 
     if compare:
         stages = {}
@@ -420,17 +423,6 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         report.tables.append((f"ZeRO stages side by side, GiB ({setup.world_size} GPU(s))",
                               ["term"] + [f"ZeRO-{s}" for s in stages], body))
     return report
-
-
-def _this_host_ram() -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 @click.command("estimate")
