@@ -26,9 +26,10 @@ def run(*args, env=None, timeout=120):
     return proc, (json.loads(proc.stdout) if proc.stdout.strip() else None), time.time() - start
 
 
-def workers_left() -> int:
+def workers_left(records: str) -> int:
+    """Worker processes of the run whose stage records are in ``records`` (other runs on the machine don't count)."""
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return sum("nccl_worker.py" in line for line in out.splitlines())
+    return sum("nccl_worker.py" in line and records in line for line in out.splitlines())
 
 
 @pytest.mark.parametrize("nproc", [2, 4])
@@ -51,7 +52,7 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     assert finding["id"] == "NET407"
     assert finding["evidence"].startswith("stage rendezvous after 5 s; did not finish it: rank 1")
     assert elapsed < 5 + 30 + 15  # the stage timeout (+ the start-up allowance at rendezvous)
-    assert workers_left() == 0
+    assert workers_left(data["result"]["records"]) == 0
 
 
 def test_busy_master_port_is_found_before_any_rank_starts():

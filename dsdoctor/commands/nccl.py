@@ -123,7 +123,8 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     rank0 = marks.get(0, [])
     info = next((m for m in rank0 if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
     sweep = next((m.get("sweep") for m in rank0 if m["stage"] == "sweep" and m["status"] == "ok"), None)
-    report.result = {"world_size": nproc, "backend": backend, "master_port": port, "elapsed_s": round(
+    report.result = {"world_size": nproc, "backend": backend, "master_port": port, "records": str(out),
+                     "elapsed_s": round(
         time.time() - start, 1), "nccl": info.get("nccl"), "NCCL_vars": info.get("NCCL_vars", {}),
         "stages": {s: sorted(r for r, recs in marks.items() if any(m["stage"] == s and m["status"] == "ok"
                                                                     for m in recs)) for s in STAGES[:-1]}}
@@ -178,7 +179,9 @@ def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -
 
     rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
     world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
-    job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID") or os.environ.get("MASTER_PORT", "x")
+    # one directory per job on this node: torchrun's run id is "none" unless --rdzv-id is given, so the master port
+    # (one job per port at a time) tells concurrent jobs apart
+    job = "-".join(os.environ.get(k, "") for k in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_PORT"))
     out = Path(tempfile.gettempdir()) / f"dsdoctor-nccl-{job}"
     code = nccl_worker.main(["--out", str(out), "--backend", backend, "--timeout", str(timeout_s), "--sizes", sizes,
                              "--iters", str(iters)])
