@@ -4,10 +4,11 @@ A registry name stands for the values of that Hugging Face repository's ``config
 the repository's own key names, so that a user's local ``config.json`` goes through exactly the same code).
 Nothing here imports torch or transformers, and no remote code ever runs: a local directory is read as data.
 
-Parameter counts are analytic, per architecture family, from the modules the modeling code builds; for the
-families transformers implements itself (llama, mistral, qwen2, gptj) ``tests/test_models.py`` checks every
-count against the model instantiated on the meta device, and ``dsdoctor.meta_count`` counts a local model of a
-known architecture that way at run time.
+Parameter counts are analytic, per architecture family, from the modules the modeling code builds. For the
+families transformers implements itself (llama, mistral, qwen2, gptj) ``tests/test_models.py`` checks the formulas
+against the model instantiated on the meta device (and peft applied) for random configs, and checks that every other
+config key changes no count; a local config.json with a key outside both sets (:func:`unmodeled_keys`) is counted by
+``dsdoctor.meta_count`` on the meta device instead.
 """
 
 from __future__ import annotations
@@ -128,6 +129,46 @@ _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp
 #: Families whose modeling code transformers ships (counted on the meta device for a local directory).
 TRANSFORMERS_FAMILIES = ("llama", "mistral", "qwen2", "gptj")
 
+#: The config.json keys that shape the modules of each architecture transformers implements, as its modeling code
+#: reads them (transformers 5.24 ``models/<type>/modeling_<type>.py``: qwen2 and mistral read ``head_dim`` with
+#: ``getattr``; only llama reads ``attention_bias`` and ``mlp_bias``), all of which :func:`arch_from_config` models.
+SHAPE_KEYS = {
+    "llama": frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "head_dim", "attention_bias", "mlp_bias", "tie_word_embeddings"}),
+    "mistral": frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings"}),
+    "qwen2": frozenset({"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                        "num_key_value_heads", "head_dim", "tie_word_embeddings"}),
+    "gptj": frozenset({"vocab_size", "n_embd", "n_layer", "n_head", "n_inner", "tie_word_embeddings"}),
+}
+#: Keys that change no parameter count in any of those families: what ``PretrainedConfig`` writes, generation,
+#: initialisation, dropout, norm epsilons, activation, positions, rotary and attention-window settings, the dtype, and
+#: the older spellings of these that saved config.json files still carry (``torch_dtype``, ``rope_theta``,
+#: ``rope_scaling``). ``tests/test_models.py`` changes each one and counts again on the meta device, and checks that
+#: every parameter of the installed transformers' config classes is here or in :data:`SHAPE_KEYS`.
+NEUTRAL_KEYS = frozenset({
+    "model_type", "_name_or_path", "architectures", "transformers_version", "output_hidden_states",
+    "output_attentions", "return_dict", "dtype", "torch_dtype", "chunk_size_feed_forward", "is_encoder_decoder",
+    "id2label", "label2id", "problem_type", "hidden_act", "activation_function", "max_position_embeddings",
+    "n_positions", "initializer_range", "rms_norm_eps", "layer_norm_epsilon", "use_cache", "pad_token_id",
+    "bos_token_id", "eos_token_id", "pretraining_tp", "rope_parameters", "rope_theta", "rope_scaling",
+    "attention_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "use_sliding_window", "sliding_window",
+    "max_window_layers", "layer_types", "rotary_dim"})
+
+
+#: ``num_key_value_heads`` of a config class when config.json omits it (None and "the attention heads" elsewhere).
+KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32}
+
+
+def unmodeled_keys(arch: "Arch") -> list[str] | None:
+    """The keys of ``arch.config`` that the analytic count does not account for: ``[]`` when the count is exact
+    for this config (every key is in :data:`SHAPE_KEYS` or :data:`NEUTRAL_KEYS` for its ``model_type``), ``None``
+    when the model type is not one transformers implements (its count can only be analytic)."""
+    shape = SHAPE_KEYS.get(arch.model_type)
+    if shape is None:
+        return None
+    return sorted(k for k in arch.config if k not in shape and k not in NEUTRAL_KEYS)
+
 
 @dataclass(frozen=True)
 class Linear:
@@ -184,8 +225,9 @@ class Arch:
 
     @property
     def lm_head_params(self) -> int:
-        """The output projection's own parameters (0 when tied to the input embedding)."""
-        return 0 if self.tied else self.vocab_size * self.hidden_size + (self.vocab_size if self.lm_head_bias else 0)
+        """The output projection's own parameters: its weight unless tied to the input embedding, and its bias
+        (GPT-J's, which tying does not share)."""
+        return (0 if self.tied else self.vocab_size * self.hidden_size) + (self.vocab_size if self.lm_head_bias else 0)
 
     @property
     def total_params(self) -> int:
@@ -317,7 +359,9 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         h = _int(config, "hidden_size", source=where)
         layers = _int(config, "num_hidden_layers", source=where)
         heads = _int(config, "num_attention_heads", source=where)
-        kv_heads = _int(config, "num_key_value_heads", default=heads, source=where)
+        # a config.json without num_key_value_heads gets its config class's default: 8 for mistral and 32 for qwen2
+        # (transformers 5.24 configuration_mistral.py / configuration_qwen2.py), the attention heads elsewhere
+        kv_heads = _int(config, "num_key_value_heads", default=KV_HEADS_DEFAULT.get(model_type, heads), source=where)
         head_dim = _int(config, "head_dim", default=h // heads, source=where) if config.get("head_dim") else h // heads
         ffn = _int(config, "intermediate_size", source=where)
         vocab = _int(config, "vocab_size", source=where)
@@ -334,7 +378,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
             qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
             attention = (Linear("q_proj", h, q, qkv_bias), Linear("k_proj", h, kv, qkv_bias),
                          Linear("v_proj", h, kv, qkv_bias),
-                         Linear("o_proj", q, h, bool(config.get("attention_bias", False))))
+                         Linear("o_proj", q, h, model_type != "qwen2" and bool(config.get("attention_bias", False))))
             mlp = (Linear("gate_proj", h, ffn, mlp_bias), Linear("up_proj", h, ffn, mlp_bias),
                    Linear("down_proj", ffn, h, mlp_bias))
         max_positions = config.get("max_position_embeddings") or config.get("model_max_length")
@@ -467,7 +511,8 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
     - ``freeze``: the last ``freeze_last`` decoder layers (``reference_train.train.build_model``).
     - ``ptuning``: peft prefix tuning without projection: an embedding of ``prefix_tokens`` x (2 x layers x
       token_dim), token_dim = hidden size, or ``num_key_value_heads * head_dim`` when the config has
-      ``num_key_value_heads`` (``peft/utils/other.py`` ``_prepare_prompt_learning_config``).
+      ``num_key_value_heads``, as llama, mistral and qwen2 configs always do once transformers has filled its
+      default (``peft/utils/other.py`` ``_prepare_prompt_learning_config``).
 
     Raises:
         DsdoctorError: an unknown method, a LoRA target that is not a linear of this architecture, a
@@ -497,6 +542,9 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
     if method == "ptuning":
         if prefix_tokens < 1:
             raise DsdoctorError(f"--prefix-tokens must be at least 1, got {prefix_tokens}")
-        token_dim = arch.kv_dim if "num_key_value_heads" in arch.config else arch.hidden_size
+        # peft reads the config's to_dict(), where transformers' llama, mistral and qwen2 configs always have
+        # num_key_value_heads (the attention heads when config.json has none)
+        gqa = "num_key_value_heads" in arch.config or arch.model_type in ("llama", "mistral", "qwen2")
+        token_dim = arch.kv_dim if gqa else arch.hidden_size
         return prefix_tokens * 2 * arch.num_layers * token_dim
     raise DsdoctorError(f"unknown method {method!r}: full, lora, freeze or ptuning")

@@ -185,19 +185,27 @@ def test_compare_shows_four_stages(runner):
     assert totals[0] > totals[1] > totals[2] > totals[3]
 
 
-def test_local_model_directory_counts_on_meta(runner, tmp_path, monkeypatch):
+def test_local_model_directory_counts_analytically_or_on_meta(runner, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     model = tmp_path / "model"
     model.mkdir()
     _, values = REGISTRY["qwen2.5-0.5b"]
     (model / "config.json").write_text(json.dumps(values))
+    data, _ = run_json(runner, "--model", str(model), "--method", "lora", "--gpu-mem", "24")
+    assert data["result"]["total_params"] == 494_032_768  # tied embeddings counted once
+    assert data["result"]["trainable_params"] == 540_672
+    assert data["result"]["counting"].startswith("exact, analytic")
+    assert not (tmp_path / "cache").exists()  # transformers was not needed
+    # a key the formulas do not model (qwen2 ignores attention_bias): transformers counts it on the meta device
+    (model / "config.json").write_text(json.dumps({**values, "attention_bias": True}))
     for _ in range(2):  # the second run reads the parameter-count cache
         data, _ = run_json(runner, "--model", str(model), "--method", "lora", "--gpu-mem", "24")
-        assert data["result"]["total_params"] == 494_032_768  # tied embeddings counted once
+        assert data["result"]["total_params"] == 494_032_768
         assert data["result"]["trainable_params"] == 540_672
-        assert data["result"]["counting"].startswith("exact")
+        assert data["result"]["counting"].startswith("exact: transformers' model built on the meta device")
+        assert "attention_bias" in data["result"]["counting"]
     assert len(json.loads((tmp_path / "cache/dsdoctor/param-counts.json").read_text())) == 1
-    (model / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 12}))
+    (model / "config.json").write_text(json.dumps({**values, "num_hidden_layers": 12, "attention_bias": True}))
     data, _ = run_json(runner, "--model", str(model), "--method", "full", "--gpu-mem", "24")
     assert data["result"]["total_params"] == 494_032_768 - 12 * resolve_arch("qwen2.5-0.5b").layer_params
 

@@ -104,3 +104,123 @@ def test_local_config_is_read_as_data(tmp_path):
     (broken / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(DsdoctorError, match="'t5' is not an architecture"):
         resolve_arch(str(broken))
+
+
+# --- the analytic count is exact for any config of a family transformers implements ---------------------------------
+# ``estimate --model PATH`` trusts the formulas (no 4.5 s transformers import) when every key of the config.json is in
+# SHAPE_KEYS or NEUTRAL_KEYS. These tests are what makes that trust earned: random configs over the shape keys against
+# transformers and peft on the meta device, each neutral key changed against an unchanged count, and every parameter
+# of the installed transformers' config classes classified.
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dsdoctor.models import NEUTRAL_KEYS, SHAPE_KEYS, arch_from_config, unmodeled_keys
+
+
+@st.composite
+def family_config(draw, model_type: str) -> dict:
+    """A small config.json of ``model_type`` with every shape key drawn (or left to its default)."""
+    vocab = draw(st.integers(8, 300))
+    tie = draw(st.booleans())
+    if model_type == "gptj":
+        heads = draw(st.integers(1, 4))
+        head_dim = 2 * draw(st.integers(1, 6))
+        config = {"model_type": "gptj", "vocab_size": vocab, "n_embd": heads * head_dim, "n_head": heads,
+                  "n_layer": draw(st.integers(1, 3)), "rotary_dim": head_dim, "tie_word_embeddings": tie}
+        if draw(st.booleans()):
+            config["n_inner"] = draw(st.integers(1, 64))
+        return config
+    kv_heads = draw(st.integers(1, 3))
+    heads = kv_heads * draw(st.integers(1, 3))
+    head_dim = 2 * draw(st.integers(1, 6))
+    config = {"model_type": model_type, "vocab_size": vocab, "num_hidden_layers": draw(st.integers(1, 3)),
+              "num_attention_heads": heads, "intermediate_size": draw(st.integers(1, 64)), "tie_word_embeddings": tie}
+    if draw(st.booleans()):  # an explicit head_dim: the hidden size (a multiple of the heads) need not be heads x it
+        config["head_dim"] = head_dim
+        config["hidden_size"] = heads * draw(st.integers(1, 8))
+    else:
+        config["hidden_size"] = heads * head_dim
+    if draw(st.booleans()):
+        config["num_key_value_heads"] = kv_heads
+    if model_type == "llama":
+        for key in ("attention_bias", "mlp_bias"):
+            if draw(st.booleans()):
+                config[key] = draw(st.booleans())
+    return config
+
+
+def _analytic(config: dict, method: str, **kw) -> tuple[int, int]:
+    arch = arch_from_config(config, name="random", source="random config.json")
+    return arch.total_params, trainable_params(arch, method, **kw)
+
+
+@pytest.mark.parametrize("model_type", sorted(SHAPE_KEYS))
+def test_random_configs_count_as_transformers_and_peft_do(model_type):
+    from dsdoctor.meta_count import meta_counts
+
+    seen = []
+
+    @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(config=family_config(model_type), r=st.integers(1, 4))
+    def check(config, r):
+        assert unmodeled_keys(arch_from_config(config, "random", "random")) == []
+        targets = ("q_proj", "v_proj")
+        for method, kw in (("full", {}), ("lora", {"lora_r": r, "lora_targets": targets}),
+                           ("ptuning", {"prefix_tokens": r}), ("freeze", {"freeze_last": 1})):
+            assert _analytic(config, method, **kw) == meta_counts(config, method, **kw), (config, method)
+        seen.append(config)
+
+    check()
+    assert len(seen) == 25
+
+
+#: For each neutral key, a value other than the default: what a saved config.json might carry.
+NEUTRAL_VALUES = {
+    "_name_or_path": "/models/x", "architectures": ["SomethingForCausalLM"], "transformers_version": "4.40.0",
+    "output_hidden_states": True, "output_attentions": True, "return_dict": False, "dtype": "bfloat16",
+    "torch_dtype": "float16", "chunk_size_feed_forward": 1, "is_encoder_decoder": False, "id2label": {"0": "a"},
+    "label2id": {"a": 0}, "problem_type": "regression", "hidden_act": "gelu", "activation_function": "relu",
+    "max_position_embeddings": 77, "n_positions": 77, "initializer_range": 0.5, "rms_norm_eps": 1e-3,
+    "layer_norm_epsilon": 1e-3, "use_cache": False, "pad_token_id": 3, "bos_token_id": 4, "eos_token_id": 5,
+    "pretraining_tp": 2, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5},
+    "rope_theta": 5e5, "rope_scaling": {"type": "linear", "factor": 2.0}, "attention_dropout": 0.1,
+    "resid_pdrop": 0.2, "embd_pdrop": 0.2, "attn_pdrop": 0.2, "use_sliding_window": True, "sliding_window": 64,
+    "max_window_layers": 1, "layer_types": ["sliding_attention", "full_attention"], "rotary_dim": 2}
+BASE = {"llama": {"model_type": "llama", "vocab_size": 50, "hidden_size": 16, "intermediate_size": 24,
+                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2},
+        "gptj": {"model_type": "gptj", "vocab_size": 50, "n_embd": 16, "n_head": 4, "n_layer": 2, "rotary_dim": 4}}
+
+
+def test_neutral_values_cover_the_neutral_keys():
+    assert set(NEUTRAL_VALUES) == NEUTRAL_KEYS - {"model_type"}
+
+
+@pytest.mark.parametrize("model_type", sorted(SHAPE_KEYS))
+@pytest.mark.parametrize("key", sorted(NEUTRAL_VALUES))
+def test_a_neutral_key_changes_no_count(model_type, key):
+    from dsdoctor.meta_count import meta_counts
+
+    base = dict(BASE["gptj" if model_type == "gptj" else "llama"], model_type=model_type)
+    changed = {**base, key: NEUTRAL_VALUES[key]}
+    lora = {"lora_r": 2, "lora_targets": ("q_proj", "v_proj")}
+    assert meta_counts(changed, "full") == meta_counts(base, "full") == _analytic(changed, "full")
+    assert meta_counts(changed, "lora", **lora) == _analytic(changed, "lora", **lora)
+
+
+@pytest.mark.parametrize("model_type", sorted(SHAPE_KEYS))
+def test_every_config_parameter_of_transformers_is_classified(model_type):
+    import inspect
+
+    from transformers import AutoConfig
+
+    config_class = type(AutoConfig.for_model(model_type))
+    parameters = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
+    assert parameters - SHAPE_KEYS[model_type] - NEUTRAL_KEYS == set(), \
+        f"new {config_class.__name__} parameters: put each in SHAPE_KEYS (and model it) or NEUTRAL_KEYS (and test it)"
+
+
+def test_an_unmodeled_key_is_named():
+    config = dict(BASE["llama"], model_type="qwen2", attention_bias=True, num_experts=4)
+    assert unmodeled_keys(arch_from_config(config, "x", "x")) == ["attention_bias", "num_experts"]
+    assert unmodeled_keys(resolve_arch("chatglm2-6b")) is None  # remote code: analytic is the only count

@@ -125,9 +125,11 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                 gpus: int, nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
                 extra: dict | None = None):
     """The :class:`dsdoctor.checks.memory.Setup` for these choices, with the model resolved and its parameters
-    counted (analytically for a registry name; on the meta device for a local model transformers knows).
+    counted: analytically for a registry name and for a local config.json whose every key the formulas account for
+    (:func:`dsdoctor.models.unmodeled_keys`); otherwise, for an architecture transformers implements, on the meta
+    device (importing transformers' modeling code takes about 4.5 s, so that path is the slow one).
 
-    Returns (setup, counting) where counting says how the parameters were counted.
+    Returns (setup, base_total, counting): the base model's parameters, and how they were counted.
 
     Raises:
         DsdoctorError: an unknown model or method, impossible numbers (a micro batch, sequence length, GPU or node
@@ -161,12 +163,20 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                "in tests/test_models.py)"
     if is_local(model):
         from dsdoctor.meta_count import cached_meta_counts, transformers_knows
+        from dsdoctor.models import unmodeled_keys
 
-        if transformers_knows(arch.model_type):
+        unmodeled = unmodeled_keys(arch)
+        if unmodeled == []:
+            counting = (f"exact, analytic: every key of this {arch.model_type} config.json is one the formulas model "
+                        f"or one that changes no parameter count (tests/test_models.py checks both against "
+                        f"transformers and peft on the meta device)")
+        elif transformers_knows(arch.model_type):
             total, trainable = cached_meta_counts(arch.config, method, lora_r=lora_r, lora_targets=targets,
                                            freeze_last=freeze_last, prefix_tokens=prefix_tokens)
             counting = "exact: transformers' model built on the meta device" + \
-                       (", peft applied" if method in ("lora", "ptuning") else "")
+                       (", peft applied" if method in ("lora", "ptuning") else "") + \
+                       (f" (config.json keys the formulas do not model: {', '.join(unmodeled[:6])})"
+                        if unmodeled else "")
         else:
             counting = f"analytic: transformers has no {arch.model_type!r} architecture (remote code is never run)"
     added = trainable if method in ("lora", "ptuning") else 0
