@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from dsdoctor.checks.network import interface_addresses, route_to
 from dsdoctor.hardware import host_ram_bytes
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
@@ -378,6 +379,17 @@ def _cuda_of(text: str | None) -> str | None:
     return found.group(1) if found else None
 
 
+def _route_to_master(addr: str | None) -> list[str] | None:
+    """[interface, local address] of the route to MASTER_ADDR when it resolves to another host, else None."""
+    if not addr:
+        return None
+    try:
+        ip = socket.getaddrinfo(addr, None)[0][4][0]
+    except (OSError, UnicodeError):
+        return None
+    return route_to(ip)
+
+
 def _interfaces() -> list[str]:
     try:
         return sorted(name for _, name in socket.if_nameindex())
@@ -544,6 +556,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                                                      "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT",
                                                      "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
         facts["network"]["interfaces"] = _interfaces()
+        facts["network"]["addresses"] = interface_addresses()
+        facts["network"]["route_to_master"] = _route_to_master(env.get("MASTER_ADDR"))
         facts["network"]["euid"] = os.geteuid()
     if deep:
         facts["deep"] = deep_facts()
@@ -743,6 +757,10 @@ def paste_block(facts: dict) -> list[tuple[str, str]]:
             continue
         if key == "interfaces":
             rows.append((key, ", ".join(value)))
+        elif key == "addresses":
+            rows.append((key, ", ".join(f"{name} {address}" for name, address in value)))
+        elif key == "route_to_master" and value:
+            rows.append((key, f"{value[0]} ({value[1]})"))
         elif value is not None:
             rows.append((key, str(value)))
     return rows

@@ -123,6 +123,7 @@ def network_findings(net: dict, euid: int | None = None, gpus: list | None = Non
     ifname = net.get("NCCL_SOCKET_IFNAME")
     if ifname:
         out.extend(_ifname_findings(ifname, net.get("interfaces") or []))
+    out.extend(interface_findings(net))
     if (net.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
         out.append(NET403.finding(f"NCCL_DEBUG={net['NCCL_DEBUG']}"))
     consumer = any(re.search(r"RTX 40\d\d", g.get("name", "")) for g in gpus)
@@ -187,20 +188,112 @@ def _local_addresses() -> set[str]:
 def _ifname_findings(value: str, interfaces: list[str]) -> list[Finding]:
     """NET402 for an NCCL_SOCKET_IFNAME that selects nothing, or only lo / docker bridges. NCCL's syntax: a
     comma-separated list of prefixes; ``^`` excludes; ``=`` matches exactly."""
-    exclude = value.startswith("^")
-    body = value[1:] if exclude else value
-    exact = body.startswith("=")
-    names = [n.strip() for n in (body[1:] if exact else body).split(",") if n.strip()]
-
-    def matches(iface: str) -> bool:
-        return any(iface == n if exact else iface.startswith(n) for n in names)
-
-    selected = [i for i in interfaces if (not matches(i)) == exclude]
     if not interfaces:
         return []
+    selected = _select(value, interfaces)
     if not selected:
         return [NET402.finding(f"NCCL_SOCKET_IFNAME={value}; interfaces here: {', '.join(interfaces)}")]
     if all(i == "lo" or i.startswith(("docker", "virbr", "veth")) for i in selected):
         return [NET402.finding(f"NCCL_SOCKET_IFNAME={value} selects only {', '.join(selected)}", severity="warning",
                                title="NCCL_SOCKET_IFNAME selects only loopback or container bridges")]
     return []
+
+
+# --- which interface NCCL would use, and which one reaches the master -------------------------------------------------
+
+NET411 = rule(
+    "NET411", "warning", "NCCL would not use the interface that reaches MASTER_ADDR",
+    what="The route to MASTER_ADDR leaves through one interface, and NCCL (by NCCL_SOCKET_IFNAME, or by its own "
+         "choice when it is unset: ib* first, then the first interface that is not docker* or lo) would use another.",
+    why="NCCL's bootstrap and socket transport then listen on an address the other nodes cannot reach (a second NIC, "
+        "a management network, a bridge such as virbr0 or cni0): the ranks meet at the TCP store, then the first "
+        "collective hangs until the watchdog's timeout.",
+    fix="export NCCL_SOCKET_IFNAME=<the interface that reaches the master> (shown in the evidence) on every node, "
+        "and GLOO_SOCKET_IFNAME for the gloo groups DeepSpeed also creates.",
+    source="NVIDIA/nccl src/misc/socket.cc ncclFindInterfaces (the default order) and bootstrap.cc (the first match "
+           "is the bootstrap interface); the route by connect(2) on a UDP socket and getsockname(2)")
+
+
+def interface_addresses() -> list[list[str]]:
+    """``[interface, address]`` pairs in the order ``getifaddrs(3)`` gives them (what NCCL walks): IPv4 addresses by
+    interface index, then IPv6 ones (link-local ``fe80::`` left out). Empty when psutil cannot read them."""
+    try:
+        import psutil
+
+        by_name = psutil.net_if_addrs()
+    except Exception:  # noqa: BLE001 - no psutil, or no permission: the NCCL interface check is skipped
+        return []
+    v4 = [[name, a.address] for name, addrs in by_name.items() for a in addrs if a.family == socket.AF_INET]
+    v6 = [[name, a.address.split("%")[0]] for name, addrs in by_name.items() for a in addrs
+          if a.family == socket.AF_INET6 and not a.address.lower().startswith("fe80")]
+    return v4 + v6
+
+
+def _select(value: str, names: list[str]) -> list[str]:
+    """The interfaces of ``names`` that an NCCL_SOCKET_IFNAME-style list selects: comma-separated prefixes, ``^``
+    excludes, ``=`` matches exactly (NCCL's ``parseStringList`` / ``matchIfList``)."""
+    exclude = value.startswith("^")
+    body = value[1:] if exclude else value
+    exact = body.startswith("=")
+    wanted = [n.strip() for n in (body[1:] if exact else body).split(",") if n.strip()]
+
+    def matches(name: str) -> bool:
+        return any(name == w if exact else name.startswith(w) for w in wanted)
+
+    return [n for n in names if matches(n) != exclude]
+
+
+def nccl_interfaces(addresses: list[list[str]], ifname: str | None = None) -> list[str]:
+    """The interfaces NCCL's socket code would use here, in order (the first is the bootstrap interface), from
+    ``addresses`` as :func:`interface_addresses` gives them. Mirrors ``ncclFindInterfaces``: NCCL_SOCKET_IFNAME
+    (longer than one character) decides alone; otherwise ``ib*``, else every interface but ``docker*`` and ``lo``,
+    else ``docker*``, else ``lo`` (NCCL_COMM_ID's subnet hint is not modelled)."""
+    names = list(dict.fromkeys(name for name, _ in addresses))
+    if ifname and len(ifname) > 1:
+        return _select(ifname, names)
+    for choice in ("ib", "^docker,lo", "docker", "lo"):
+        found = _select(choice, names)
+        if found:
+            return found
+    return []
+
+
+def route_to(ip: str, port: int = 29500) -> list[str] | None:
+    """``[interface, local address]`` this host would use to reach ``ip``: the kernel's route, read by connecting a
+    UDP socket (no packet is sent) and asking for its local address. None when there is no route or the local address
+    belongs to no interface psutil lists."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((ip, port))
+            local = s.getsockname()[0]
+    except OSError:
+        return None
+    name = next((n for n, a in interface_addresses() if a == local), None)
+    return [name, local] if name else None
+
+
+def interface_findings(net: dict) -> list[Finding]:
+    """NET411 from ``dsdoctor env``'s network facts: ``route_to_master`` (``[interface, address]``, set when
+    MASTER_ADDR is another host) against the interfaces NCCL would use (``addresses``, NCCL_SOCKET_IFNAME)."""
+    route = net.get("route_to_master")
+    addresses = net.get("addresses") or []
+    if not route or not addresses or route[0] == "lo":
+        return []
+    ifname = net.get("NCCL_SOCKET_IFNAME")
+    chosen = nccl_interfaces(addresses, ifname)
+    if not chosen:
+        return []  # NET402 covers an NCCL_SOCKET_IFNAME that selects nothing
+    if ifname:
+        if route[0] in chosen:
+            return []
+        how = f"NCCL_SOCKET_IFNAME={ifname} selects {', '.join(chosen)}"
+    else:
+        if chosen[0] == route[0]:
+            return []
+        how = f"NCCL_SOCKET_IFNAME is unset and NCCL would bootstrap on {chosen[0]} (its order: ib*, then the " \
+              f"first that is not docker*/lo, among {', '.join(chosen)})"
+    return [NET411.finding(f"{how}; the route to MASTER_ADDR={net.get('MASTER_ADDR')} leaves through {route[0]} "
+                           f"({route[1]})",
+                           fix=f"export NCCL_SOCKET_IFNAME={route[0]} GLOO_SOCKET_IFNAME={route[0]} on every node "
+                               f"(each node's own interface name on that network).")]

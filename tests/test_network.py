@@ -71,3 +71,56 @@ def test_master_port_reads_os_environ(monkeypatch, busy_port):
 def test_master_port_unicode_digit_is_invalid_not_a_crash():
     f = master_port_finding({"MASTER_PORT": "²"})
     assert f is not None and f.title == "MASTER_PORT is invalid"
+
+
+# --- NET411: the interface NCCL would use against the route to the master --------------------------------------------
+
+from dsdoctor.checks.network import interface_findings, nccl_interfaces, route_to  # noqa: E402
+
+HOST = [["lo", "127.0.0.1"], ["eno1", "10.0.0.5"], ["docker0", "172.17.0.1"], ["ens5", "192.168.8.5"],
+        ["lo", "::1"]]
+
+
+@pytest.mark.parametrize("addresses,ifname,expected", [
+    (HOST, None, ["eno1", "ens5"]),  # neither docker* nor lo, in getifaddrs order
+    (HOST + [["ib0", "10.9.0.5"]], None, ["ib0"]),  # InfiniBand's IPoIB first
+    ([["lo", "127.0.0.1"], ["docker0", "172.17.0.1"]], None, ["docker0"]),
+    ([["lo", "127.0.0.1"]], None, ["lo"]),
+    (HOST, "ens", ["ens5"]),  # a prefix
+    (HOST, "^eno,lo,docker", ["ens5"]),  # ^ excludes
+    (HOST, "=ens", []),  # = is exact
+    (HOST, "e", ["eno1", "ens5"]),
+])
+def test_nccl_interfaces_mirror_ncclFindInterfaces(addresses, ifname, expected):
+    assert nccl_interfaces(addresses, ifname) == expected
+
+
+def test_route_through_another_interface_than_nccl_would_bootstrap_on():
+    net = {"MASTER_ADDR": "192.168.8.1", "addresses": HOST, "route_to_master": ["ens5", "192.168.8.5"]}
+    [finding] = interface_findings(net)
+    assert finding.id == "NET411" and finding.severity == "warning"
+    assert "NCCL would bootstrap on eno1" in finding.evidence and "leaves through ens5 (192.168.8.5)" in finding.evidence
+    assert finding.fix.startswith("export NCCL_SOCKET_IFNAME=ens5 GLOO_SOCKET_IFNAME=ens5")
+
+
+def test_an_ifname_that_leaves_out_the_route():
+    net = {"MASTER_ADDR": "192.168.8.1", "addresses": HOST, "route_to_master": ["ens5", "192.168.8.5"],
+           "NCCL_SOCKET_IFNAME": "eno1"}
+    [finding] = interface_findings(net)
+    assert "NCCL_SOCKET_IFNAME=eno1 selects eno1" in finding.evidence
+
+
+@pytest.mark.parametrize("net", [
+    {"MASTER_ADDR": "10.0.0.1", "addresses": HOST, "route_to_master": ["eno1", "10.0.0.5"]},  # NCCL's pick
+    {"MASTER_ADDR": "192.168.8.1", "addresses": HOST, "route_to_master": ["ens5", "192.168.8.5"],
+     "NCCL_SOCKET_IFNAME": "ens"},
+    {"MASTER_ADDR": "127.0.0.1", "addresses": HOST, "route_to_master": ["lo", "127.0.0.1"]},  # one node
+    {"MASTER_ADDR": "192.168.8.1", "addresses": HOST, "route_to_master": None},
+    {"MASTER_ADDR": "192.168.8.1", "addresses": [], "route_to_master": ["ens5", "192.168.8.5"]},  # old report
+])
+def test_no_net411_when_nccl_uses_the_route(net):
+    assert interface_findings(net) == []
+
+
+def test_route_to_loopback_is_lo():
+    assert route_to("127.0.0.1") == ["lo", "127.0.0.1"]
