@@ -349,6 +349,16 @@ def nvml_facts() -> dict | None:
                 except pynvml.NVMLError:
                     break
             gpu["nvlinks_active"] = links
+            # the link's generation and width, for dsdoctor nccl's busbw verdict (the current PCIe generation drops
+            # when the GPU idles, so the maximum is the link's)
+            for getter, key in (((lambda d: pynvml.nvmlDeviceGetNvLinkVersion(d, 0)) if links else None,
+                                 "nvlink_version"),
+                                (pynvml.nvmlDeviceGetMaxPcieLinkGeneration, "pcie_gen"),
+                                (pynvml.nvmlDeviceGetMaxPcieLinkWidth, "pcie_width")):
+                try:
+                    gpu[key] = int(getter(h)) if getter else None
+                except (pynvml.NVMLError, AttributeError):
+                    gpu[key] = None
             facts["gpus"].append(gpu)
         levels = {0: "same board", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
         facts["topology"] = []

@@ -297,3 +297,146 @@ def interface_findings(net: dict) -> list[Finding]:
                            f"({route[1]})",
                            fix=f"export NCCL_SOCKET_IFNAME={route[0]} GLOO_SOCKET_IFNAME={route[0]} on every node "
                                f"(each node's own interface name on that network).")]
+
+
+# --- the busbw verdict ---------------------------------------------------------------------------------------------
+
+#: Peak bandwidth of one link in one direction, bytes/s, and where the figure comes from. NVLink: per link; a GPU's
+#: total is this times its active links (V100 SXM2: 6 links, 300 GB/s both directions; A100 SXM: 12, 600 GB/s;
+#: H100/H200 SXM: 18, 900 GB/s; B200: 18, 1.8 TB/s). PCIe: per lane after line encoding (x16 Gen4 = 31.5 GB/s).
+LINK_PEAK = {
+    ("nvlink", 2): (25e9, "NVIDIA V100 datasheet: NVLink 2, 300 GB/s over 6 links both ways"),
+    ("nvlink", 3): (25e9, "NVIDIA A100 datasheet: NVLink 3, 600 GB/s over 12 links both ways"),
+    ("nvlink", 4): (25e9, "NVIDIA H100/H200 datasheets: NVLink 4, 900 GB/s over 18 links both ways"),
+    ("nvlink", 5): (50e9, "NVIDIA B200 datasheet: NVLink 5, 1.8 TB/s over 18 links both ways"),
+    ("pcie", 3): (0.985e9, "PCI-SIG: Gen3 8 GT/s per lane, 128b/130b encoding"),
+    ("pcie", 4): (1.969e9, "PCI-SIG: Gen4 16 GT/s per lane, 128b/130b encoding"),
+    ("pcie", 5): (3.938e9, "PCI-SIG: Gen5 32 GT/s per lane, 128b/130b encoding"),
+    ("pcie", 6): (7.563e9, "PCI-SIG: Gen6 64 GT/s per lane, PAM4 with FLIT encoding"),
+}
+#: busbw below this fraction of the link's peak is a warning. nccl-tests' doc/PERFORMANCE.md: busbw "should be
+#: compared to the hardware peak bandwidth"; a healthy link reaches most of its peak at large sizes, and half of it
+#: or less points at traffic that left the link (P2P disabled or unavailable, through host memory, TCP instead of IB).
+HEALTHY_FRACTION = 0.5
+#: below this size the plateau is not reached and nothing is judged
+PLATEAU_BYTES = 64 * 2 ** 20
+
+NET412 = rule(
+    "NET412", "warning", "busbw is far below what the link should give",
+    what="The all-reduce's bus bandwidth at the largest size is below half of the peak of the slowest link the "
+         "ranks share (NVLink, PCIe, or the network between nodes).",
+    why="Every ZeRO step all-reduces or reduce-scatters the gradients over that link: a run that should be "
+        "compute-bound becomes communication-bound.",
+    fix="Run with NCCL_DEBUG=INFO and look at the transport (P2P/NVLink, SHM, NET/IB or NET/Socket); unset "
+        "NCCL_P2P_DISABLE/NCCL_IB_DISABLE unless they are needed; check PCIe ACS/IOMMU (P2P through the root "
+        "complex), nvidia-fabricmanager on NVSwitch machines, and that NCCL uses the fast NIC.",
+    source="nccl-tests doc/PERFORMANCE.md (busbw against the hardware peak); NVIDIA datasheets and PCI-SIG rates")
+NET413 = rule(
+    "NET413", "ok", "busbw is what the link should give",
+    what="The all-reduce's bus bandwidth at the largest size is at least half of the peak of the slowest link.",
+    why="", fix="", source="nccl-tests doc/PERFORMANCE.md; NVIDIA datasheets and PCI-SIG rates")
+
+
+def link_between(gpus: list[dict], ib_bits_per_s: float = 0.0, nic_bits_per_s: float = 0.0,
+                 nodes: int = 1) -> dict | None:
+    """The slowest link the ranks' all-reduce crosses, from ``dsdoctor env``'s NVML facts of this node's GPUs (the
+    ones the ranks use: ``nvlinks_active``, ``nvlink_version``, ``pcie_gen``, ``pcie_width``) and, for several
+    nodes, the node's network (``ib_bits_per_s``: active InfiniBand ports summed, else ``nic_bits_per_s``: the
+    interface NCCL uses). Returns ``{"kind", "peak" (bytes/s), "label", "source"}``, or None when unknown.
+
+    One node: NVLink when every GPU has active links of a known generation (peak = the fewest links x the per-link
+    rate), else PCIe (the slowest GPU's generation x width). Several nodes: the network, when it is slower."""
+    link = None
+    if gpus and all(g.get("nvlinks_active") and (("nvlink", g.get("nvlink_version")) in LINK_PEAK) for g in gpus):
+        version = min(g["nvlink_version"] for g in gpus)
+        links = min(g["nvlinks_active"] for g in gpus)
+        per_link, source = LINK_PEAK[("nvlink", version)]
+        link = {"kind": "nvlink", "peak": per_link * links, "label": f"NVLink {version} x{links}", "source": source}
+    elif gpus and all(("pcie", g.get("pcie_gen")) in LINK_PEAK and g.get("pcie_width") for g in gpus):
+        slowest = min(gpus, key=lambda g: LINK_PEAK[("pcie", g["pcie_gen"])][0] * g["pcie_width"])
+        per_lane, source = LINK_PEAK[("pcie", slowest["pcie_gen"])]
+        link = {"kind": "pcie", "peak": per_lane * slowest["pcie_width"],
+                "label": f"PCIe Gen{slowest['pcie_gen']} x{slowest['pcie_width']}", "source": source}
+    if nodes > 1:
+        bits = ib_bits_per_s or nic_bits_per_s
+        if not bits:
+            return None
+        net = {"kind": "network", "peak": bits / 8, "source": "the ports' rates (/sys/class/infiniband, "
+                                                              "/sys/class/net/IF/speed)",
+               "label": f"{'InfiniBand' if ib_bits_per_s else 'Ethernet'} {bits / 1e9:g} Gb/s per node"}
+        if link is None or net["peak"] < link["peak"]:
+            link = net
+    return link
+
+
+def busbw_findings(sweep: list[dict], world: int, backend: str, link: dict | None) -> list[Finding]:
+    """NET412 / NET413 on the all-reduce plateau of ``sweep`` (rows ``{"op", "bytes", "busbw"}``, busbw in bytes/s)
+    against ``link`` (:func:`link_between`); one NET413 ``info`` saying why nothing was judged (one rank: busbw is
+    0 by definition; gloo; the link unknown; sizes below the plateau)."""
+    rows = [r for r in sweep if r.get("op", "all_reduce") == "all_reduce"]
+    if not rows:
+        return []
+    top = max(rows, key=lambda r: r["bytes"])
+
+    def not_judged(why: str) -> list[Finding]:
+        return [NET413.finding(why, severity="info", title="busbw not judged")]
+
+    if world < 2:
+        return not_judged("one rank: busbw = algbw x 2(n-1)/n is 0, there is no link to measure "
+                          "(the stages still prove the NCCL path)")
+    if backend != "nccl":
+        return not_judged(f"backend {backend}: the hardware table is for NCCL on GPUs")
+    if link is None:
+        return not_judged("the link between the ranks is unknown here (no NVML link facts, or no network rate)")
+    if top["bytes"] < PLATEAU_BYTES:
+        return not_judged(f"largest size {top['bytes']:,} bytes is below the plateau; add --sizes ...,256M,1G")
+    fraction = top["busbw"] / link["peak"]
+    evidence = (f"all-reduce busbw {top['busbw'] / 1e9:.1f} GB/s at {top['bytes']:,} bytes = {fraction:.0%} of "
+                f"{link['label']}'s {link['peak'] / 1e9:.1f} GB/s per direction ({link['source']})")
+    if fraction < HEALTHY_FRACTION:
+        return [NET412.finding(evidence)]
+    return [NET413.finding(evidence)]
+
+
+def ib_bits_per_s() -> float:
+    """The active InfiniBand (or RoCE) ports' rates summed, bits/s, from ``/sys/class/infiniband/*/ports/*/rate``
+    ("200 Gb/sec (4X HDR)") and ``state`` ("4: ACTIVE"); 0 when there are none."""
+    from pathlib import Path
+
+    total = 0.0
+    for port in Path("/sys/class/infiniband").glob("*/ports/*"):
+        try:
+            if "ACTIVE" not in (port / "state").read_text():
+                continue
+            found = re.match(r"\s*([\d.]+)\s*Gb/sec", (port / "rate").read_text())
+        except OSError:
+            continue
+        if found:
+            total += float(found.group(1)) * 1e9
+    return total
+
+
+def nic_bits_per_s(interface: str | None) -> float:
+    """An Ethernet interface's link speed, bits/s (``/sys/class/net/IF/speed`` is in Mb/s; -1 or unreadable for
+    virtual interfaces), 0 when unknown."""
+    if not interface or "/" in interface:
+        return 0.0
+    try:
+        speed = int(open(f"/sys/class/net/{interface}/speed").read().strip())
+    except (OSError, ValueError):
+        return 0.0
+    return speed * 1e6 if speed > 0 else 0.0
+
+
+def local_link(nproc: int, nodes: int = 1, interface: str | None = None) -> dict | None:
+    """:func:`link_between` for this machine: the first ``nproc`` visible GPUs' NVML facts (CUDA_VISIBLE_DEVICES
+    honoured when it lists indices) and, for several nodes, its InfiniBand ports or ``interface``'s speed."""
+    from dsdoctor.checks.environment import nvml_facts
+
+    facts = nvml_facts() or {}
+    gpus = facts.get("gpus") or []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if visible.strip() and all(v.strip().isdigit() for v in visible.split(",")):
+        gpus = [g for i in visible.split(",") for g in gpus if g["index"] == int(i)]
+    ib = ib_bits_per_s() if os.environ.get("NCCL_IB_DISABLE", "").strip() != "1" else 0.0
+    return link_between(gpus[:nproc], ib_bits_per_s=ib, nic_bits_per_s=nic_bits_per_s(interface), nodes=nodes)

@@ -26,6 +26,10 @@ BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n:
                 "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 
 
+#: The collectives of the sweep, in order.
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+
+
 def parse_size(text: str) -> int:
     """'1M' -> 1048576 bytes (K, M, G are powers of 1024)."""
     units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
@@ -33,6 +37,32 @@ def parse_size(text: str) -> int:
     if text and text[-1] in units:
         return int(float(text[:-1]) * units[text[-1]])
     return int(text)
+
+
+def _interfaces_used(backend: str) -> dict:
+    """The interface this rank's traffic uses: for nccl, the one NCCL picks (NCCL_SOCKET_IFNAME or its default
+    order, ``checks.network.nccl_interfaces``); for gloo, GLOO_SOCKET_IFNAME, else the interface of the address the
+    host name resolves to (torch's ``ProcessGroupGloo::createDefaultDevice``; loopback when the host name resolves to
+    127.0.x.1, which other nodes cannot reach); and the route to MASTER_ADDR itself."""
+    from dsdoctor.checks.network import interface_addresses, nccl_interfaces, route_to
+
+    try:
+        master = socket.getaddrinfo(os.environ.get("MASTER_ADDR", "127.0.0.1"), None)[0][4][0]
+    except OSError:
+        master = None
+    route = route_to(master) if master else None
+    if backend == "nccl":
+        chosen = nccl_interfaces(interface_addresses(), os.environ.get("NCCL_SOCKET_IFNAME"))
+        interface = chosen[0] if chosen else None
+    else:
+        interface = os.environ.get("GLOO_SOCKET_IFNAME")
+        if not interface:
+            try:
+                own = socket.getaddrinfo(socket.gethostname(), None)[0][4][0]
+            except OSError:
+                own = None
+            interface = next((name for name, address in interface_addresses() if address == own), None)
+    return {"interface": interface, "route_to_master": route}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         info["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
         info["gpu"] = torch.cuda.get_device_name(local_rank)
     info["NCCL_vars"] = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
+    info.update(_interfaces_used(args.backend))
     mark("rendezvous", "ok", **info)
 
     def stage(name, fn):
@@ -141,22 +172,32 @@ def main(argv: list[str] | None = None) -> int:
             raise AssertionError("broadcast gave wrong values")
 
     def sweep():
+        """Each collective at each size, as nccl-tests sizes them: ``bytes`` is the whole buffer (all-gather's output,
+        reduce-scatter's input); algbw = bytes / time, busbw = algbw x BUSBW_FACTOR. Every rank times its own calls:
+        a slow link shows as the ranks whose time stands out."""
         rows = []
-        for size in [parse_size(s) for s in args.sizes.split(",") if s.strip()]:
-            x = torch.ones(max(size // 4, 1), device=device)
-            dist.all_reduce(x)  # warm-up
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(args.iters):
-                dist.all_reduce(x)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = (time.perf_counter() - start) / args.iters
-            algbw = x.numel() * 4 / seconds
-            rows.append({"bytes": x.numel() * 4, "seconds": seconds, "algbw": algbw,
-                         "busbw": algbw * BUSBW_FACTOR["all_reduce"](n)})
+        for op in OPS:
+            for size in [parse_size(s) for s in args.sizes.split(",") if s.strip()]:
+                numel = max(size // 4 // n, 1) * n  # divisible by the ranks, for all-gather and reduce-scatter
+                big = torch.ones(numel, device=device)
+                part = torch.ones(numel // n, device=device)
+                call = {"all_reduce": lambda: dist.all_reduce(big),
+                        "all_gather": lambda: dist.all_gather_into_tensor(big, part),
+                        "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, big),
+                        "broadcast": lambda: dist.broadcast(big, src=0)}[op]
+                call()  # warm-up
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(args.iters):
+                    call()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds = (time.perf_counter() - start) / args.iters
+                algbw = numel * 4 / seconds
+                rows.append({"op": op, "bytes": numel * 4, "seconds": seconds, "algbw": algbw,
+                             "busbw": algbw * BUSBW_FACTOR[op](n)})
         return {"sweep": rows}
 
     try:

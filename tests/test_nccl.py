@@ -36,12 +36,19 @@ def workers_left(records: str) -> int:
 def test_every_stage_passes_with_correct_results(nproc):
     proc, data, _ = run("--nproc", str(nproc), "--backend", "gloo", "--timeout", "60", "--sizes", "1M,4M")
     assert proc.returncode == 0, proc.stderr
-    assert [f["id"] for f in data["findings"]] == ["NET409"]
+    assert [(f["id"], f["severity"]) for f in data["findings"]] == [("NET409", "ok"), ("NET413", "info")]
+    assert data["findings"][1]["evidence"].startswith("backend gloo")  # no hardware table for gloo on the CPU
     assert all(ranks == list(range(nproc)) for ranks in data["result"]["stages"].values())
     sweep = data["result"]["sweep"]
-    assert [row["bytes"] for row in sweep] == [2 ** 20, 4 * 2 ** 20]
+    assert [(row["op"], row["bytes"]) for row in sweep] == [
+        (op, size) for op in BUSBW_FACTOR for size in (2 ** 20, 4 * 2 ** 20)]
     for row in sweep:
-        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * (nproc - 1) / nproc)
+        assert row["busbw"] == pytest.approx(row["algbw"] * BUSBW_FACTOR[row["op"]](nproc))
+    assert set(data["result"]["plateau_busbw_bytes_per_s"]) == set(BUSBW_FACTOR)
+    ranks = data["result"]["ranks"]
+    assert [r["rank"] for r in ranks] == list(range(nproc))
+    assert all(r["host"] == socket.gethostname() and r["route_to_master"] == "lo (127.0.0.1)" for r in ranks)
+    assert all(r["all_reduce_seconds"] > 0 for r in ranks)
 
 
 def test_a_rank_that_never_joins_is_named_within_the_timeout():
@@ -108,7 +115,8 @@ def test_under_an_existing_launcher():
         start = text.find("{", end)
     assert len(reports) == 2
     rank0 = [r for r in reports if r["result"]["rank"] == 0][0]
-    assert [f["id"] for f in rank0["findings"]] == ["NET409"] and rank0["result"]["world_size"] == 2
+    assert [f["id"] for f in rank0["findings"]] == ["NET409", "NET413"] and rank0["result"]["world_size"] == 2
+    assert {row["op"] for row in rank0["result"]["sweep"]} == set(BUSBW_FACTOR)
 
 
 def test_a_rank_that_never_arrives_under_a_launcher():

@@ -84,7 +84,8 @@ def test_two_hosts_pass_every_stage_through_torchrun(hosts):
     assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outputs]
     text = outputs[0][0]
     report = json.loads(text[text.index("{"):])
-    assert [f["id"] for f in report["findings"]] == ["NET409"]
+    assert [f["id"] for f in report["findings"]] == ["NET409", "NET413"]
+    assert report["result"]["interface"] == VA  # GLOO_SOCKET_IFNAME
     assert report["result"]["world_size"] == 2 and report["result"]["rank"] == 0
     assert report["result"]["stages_ok"] == ["rendezvous", "barrier", "all_reduce", "all_gather", "reduce_scatter",
                                              "broadcast", "sweep", "done"]

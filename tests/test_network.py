@@ -124,3 +124,49 @@ def test_no_net411_when_nccl_uses_the_route(net):
 
 def test_route_to_loopback_is_lo():
     assert route_to("127.0.0.1") == ["lo", "127.0.0.1"]
+
+
+# --- the busbw verdict against the link's peak ----------------------------------------------------------------------
+
+from dsdoctor.checks.network import busbw_findings, link_between  # noqa: E402
+
+H100_SXM = {"nvlinks_active": 18, "nvlink_version": 4, "pcie_gen": 5, "pcie_width": 16}
+L40S = {"nvlinks_active": 0, "nvlink_version": None, "pcie_gen": 4, "pcie_width": 16}
+
+
+def test_links_from_nvml_facts():
+    assert link_between([H100_SXM] * 8)["peak"] == 450e9 and link_between([H100_SXM])["label"] == "NVLink 4 x18"
+    pcie = link_between([L40S, dict(L40S, pcie_width=8)])
+    assert pcie["label"] == "PCIe Gen4 x8" and pcie["peak"] == 8 * 1.969e9
+    assert link_between([H100_SXM, L40S])["kind"] == "pcie"  # not every GPU on NVLink: the ring crosses PCIe
+    two_nodes = link_between([H100_SXM] * 8, ib_bits_per_s=8 * 400e9, nodes=2)
+    assert two_nodes["kind"] == "network" and two_nodes["peak"] == 400e9
+    assert link_between([H100_SXM] * 8, nic_bits_per_s=25e9, nodes=2)["label"] == "Ethernet 25 Gb/s per node"
+    assert link_between([H100_SXM] * 8, nodes=2) is None  # the network's rate unknown
+    assert link_between([{"nvlinks_active": 0}]) is None
+
+
+def sweep_of(busbw, size=2 ** 30):
+    return [{"op": "all_reduce", "bytes": 2 ** 20, "busbw": busbw / 10},
+            {"op": "all_reduce", "bytes": size, "busbw": busbw}, {"op": "broadcast", "bytes": size, "busbw": 1.0}]
+
+
+def test_busbw_verdicts():
+    link = link_between([L40S] * 2)  # 31.5 GB/s per direction
+    [good] = busbw_findings(sweep_of(25e9), 2, "nccl", link)
+    assert (good.id, good.severity) == ("NET413", "ok")
+    assert good.evidence.startswith("all-reduce busbw 25.0 GB/s at 1,073,741,824 bytes = 79% of PCIe Gen4 x16's "
+                                    "31.5 GB/s per direction")
+    [slow] = busbw_findings(sweep_of(9e9), 2, "nccl", link)  # P2P off: through host memory
+    assert (slow.id, slow.severity) == ("NET412", "warning") and "29% of PCIe Gen4 x16" in slow.evidence
+
+
+@pytest.mark.parametrize("world,backend,link,size,why", [
+    (1, "nccl", {"peak": 1e9}, 2 ** 30, "one rank"),
+    (2, "gloo", {"peak": 1e9}, 2 ** 30, "backend gloo"),
+    (2, "nccl", None, 2 ** 30, "the link between the ranks is unknown"),
+    (2, "nccl", {"peak": 1e9, "label": "x", "source": "y"}, 16 * 2 ** 20, "largest size 16,777,216 bytes"),
+])
+def test_busbw_not_judged(world, backend, link, size, why):
+    [finding] = busbw_findings(sweep_of(1e9, size), world, backend, link)
+    assert (finding.id, finding.severity) == ("NET413", "info") and finding.evidence.startswith(why)

@@ -124,17 +124,18 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     info = next((m for m in rank0 if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
     sweep = next((m.get("sweep") for m in rank0 if m["stage"] == "sweep" and m["status"] == "ok"), None)
     report.result = {"world_size": nproc, "backend": backend, "master_port": port, "records": str(out),
-                     "elapsed_s": round(
-        time.time() - start, 1), "nccl": info.get("nccl"), "NCCL_vars": info.get("NCCL_vars", {}),
-        "stages": {s: sorted(r for r, recs in marks.items() if any(m["stage"] == s and m["status"] == "ok"
-                                                                    for m in recs)) for s in STAGES[:-1]}}
+                     "elapsed_s": round(time.time() - start, 1), "nccl": info.get("nccl"),
+                     "NCCL_vars": info.get("NCCL_vars", {}),
+                     "stages": {s: sorted(r for r, recs in marks.items() if any(m["stage"] == s and m["status"] == "ok"
+                                                                                 for m in recs)) for s in STAGES[:-1]},
+                     "ranks": rank_rows(marks)}
     if sweep:
-        report.result["sweep"] = sweep
-        report.result["busbw_bytes_per_s"] = sweep[-1]["busbw"]
-        report.tables.append((f"All-reduce sweep, {nproc} ranks ({backend}; busbw = algbw x 2(n-1)/n, nccl-tests)",
-                              ["bytes", "time ms", "algbw GB/s", "busbw GB/s"],
-                              [[f"{r['bytes']:,}", f"{r['seconds'] * 1e3:.2f}", f"{r['algbw'] / 1e9:.2f}",
-                                f"{r['busbw'] / 1e9:.2f}"] for r in sweep]))
+        add_sweep(report, sweep, nproc, backend)
+        report.tables.append(("Ranks (a slow link shows as the ranks whose time stands out)",
+                              ["rank", "host", "interface", "route to master", "all-reduce ms at the largest size"],
+                              [[str(r["rank"]), r["host"] or "", r["interface"] or "", r["route_to_master"] or "",
+                                "" if r["all_reduce_seconds"] is None else f"{r['all_reduce_seconds'] * 1e3:.2f}"]
+                               for r in report.result["ranks"]]))
     failed_ranks = {rank for rank, _ in failures}
     if failures and not timed_out:
         first_stage = min((m["stage"] for _, m in failures), key=STAGES.index)
@@ -164,10 +165,57 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
         report.add(NET408.finding(f"the ranks exited at stage {stage} (exit {proc.returncode}); last output: "
                                   f"{output.strip().splitlines()[-1] if output.strip() else '(none)'}"))
     else:
-        headline = f"; all-reduce busbw {sweep[-1]['busbw'] / 1e9:.2f} GB/s at {sweep[-1]['bytes']:,} bytes" \
-            if sweep else ""
-        report.add(NET409.finding(f"{nproc} rank(s), {backend}{headline}"))
+        report.add(NET409.finding(f"{nproc} rank(s), {backend}{headline(sweep)}"))
+        if sweep:
+            from dsdoctor.checks.network import busbw_findings, local_link
+
+            link = local_link(nproc) if backend == "nccl" else None
+            report.result["link"] = link
+            for finding in busbw_findings(sweep, nproc, backend, link):
+                report.add(finding)
     return report
+
+
+def headline(sweep: list[dict] | None) -> str:
+    """'; all-reduce busbw X GB/s at N bytes' for the largest all-reduce of the sweep ('' without one)."""
+    rows = [r for r in sweep or [] if r.get("op", "all_reduce") == "all_reduce"]
+    if not rows:
+        return ""
+    top = max(rows, key=lambda r: r["bytes"])
+    return f"; all-reduce busbw {top['busbw'] / 1e9:.2f} GB/s at {top['bytes']:,} bytes"
+
+
+def add_sweep(report: Report, sweep: list[dict], world: int, backend: str) -> None:
+    """The sweep into ``report``: the rows, the plateau (busbw at the largest size) of each collective, and a table."""
+    report.result["sweep"] = sweep
+    plateau = {}
+    for row in sweep:
+        if row["bytes"] >= plateau.get(row["op"], {}).get("bytes", 0):
+            plateau[row["op"]] = row
+    report.result["plateau_busbw_bytes_per_s"] = {op: round(row["busbw"]) for op, row in plateau.items()}
+    report.result["busbw_bytes_per_s"] = report.result["plateau_busbw_bytes_per_s"].get("all_reduce")
+    report.tables.append((f"Sweep, {world} ranks ({backend}; busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for "
+                          f"all-gather and reduce-scatter, 1 for broadcast: nccl-tests doc/PERFORMANCE.md)",
+                          ["collective", "bytes", "time ms", "algbw GB/s", "busbw GB/s"],
+                          [[r["op"], f"{r['bytes']:,}", f"{r['seconds'] * 1e3:.2f}", f"{r['algbw'] / 1e9:.2f}",
+                            f"{r['busbw'] / 1e9:.2f}"] for r in sweep]))
+
+
+def rank_rows(marks: dict[int, list[dict]]) -> list[dict]:
+    """Per rank: host, the interface its traffic uses, the route to the master, and its own time for the largest
+    all-reduce of the sweep (seconds; None before the sweep)."""
+    rows = []
+    for rank in sorted(marks):
+        joined = next((m for m in marks[rank] if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
+        started = next((m for m in marks[rank] if m["stage"] == "rendezvous"), {})
+        sweep = next((m.get("sweep") for m in marks[rank] if m["stage"] == "sweep" and m["status"] == "ok"), None)
+        reduce_rows = [r for r in sweep or [] if r.get("op", "all_reduce") == "all_reduce"]
+        route = joined.get("route_to_master")
+        rows.append({"rank": rank, "host": started.get("host"), "interface": joined.get("interface"),
+                     "route_to_master": f"{route[0]} ({route[1]})" if route else None,
+                     "all_reduce_seconds": max(reduce_rows, key=lambda r: r["bytes"])["seconds"]
+                     if reduce_rows else None})
+    return rows
 
 
 def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -> Report:
@@ -206,9 +254,19 @@ def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -
             report.add(NET408.finding(f"rank {rank}, stage {stage_name}: {m.get('error', '')}"))
     elif code == 0 and rank == 0:
         sweep = next((m.get("sweep") for m in marks if m["stage"] == "sweep" and m["status"] == "ok"), None)
-        report.result["sweep"] = sweep
-        report.add(NET409.finding(f"{world} ranks, {backend}; all-reduce busbw {sweep[-1]['busbw'] / 1e9:.2f} GB/s "
-                                  f"at {sweep[-1]['bytes']:,} bytes" if sweep else f"{world} ranks, {backend}"))
+        joined = next((m for m in marks if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
+        report.result["interface"] = joined.get("interface")
+        report.add(NET409.finding(f"{world} ranks, {backend}{headline(sweep)}"))
+        if sweep:
+            from dsdoctor.checks.network import busbw_findings, local_link
+
+            add_sweep(report, sweep, world, backend)
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", world)) or world)
+            nodes = max(1, -(-world // max(local, 1)))
+            link = local_link(local, nodes=nodes, interface=joined.get("interface")) if backend == "nccl" else None
+            report.result["link"] = link
+            for finding in busbw_findings(sweep, world, backend, link):
+                report.add(finding)
     return report
 
 
