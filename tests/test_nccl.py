@@ -126,3 +126,30 @@ def test_a_rank_that_never_arrives_under_a_launcher():
                      env={"DSDOCTOR_NCCL_SIMULATE_MISSING": "1"}, timeout=90)
     assert proc.returncode != 0 and time.time() - start < 60
     assert '"id": "NET407"' in proc.stdout and "waited for ranks that never arrived (world size 2)" in proc.stdout
+
+
+def test_ctrl_c_stops_every_rank_and_frees_the_port():
+    import signal
+
+    import psutil
+
+    from dsdoctor.checks.network import free_port, port_in_use
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MASTER_PORT=str(port), DSDOCTOR_NCCL_SIMULATE_MISSING="1")  # rank 1 hangs: the probe waits
+    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "nccl", "--nproc", "2", "--backend", "gloo",
+                             "--timeout", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not port_in_use(port):  # the TCP store is up: ranks are running
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    time.sleep(1)
+    children = psutil.Process(proc.pid).children(recursive=True)  # torchrun and its two ranks
+    assert sum("nccl_worker.py" in " ".join(c.cmdline()) for c in children) == 3  # torchrun names it too
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-1500:]
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == []
+    assert not port_in_use(port)
