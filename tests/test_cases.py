@@ -1,11 +1,15 @@
 """Every case in cases/<id>-<slug>/: real pitfalls as fixtures. expected.json names the command, its arguments
-(``{case}`` is the case's directory), the exit code, and the rule IDs at warning or above it must produce.
+(``{case}`` is the case's directory), environment variables (``env``; with ``hold_port``, ``{held_port}`` is a port this
+runner holds bound while the command runs, as another job's rendezvous store would), the exit code, and the rule IDs
+at warning or above it must produce.
 A case whose command does not exist yet says so in ``pending`` (the issue that will cover it) and is skipped."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +33,16 @@ def run_case(case: Path, tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("MASTER_PORT", None)
     env.pop("WORLD_SIZE", None)
-    proc = subprocess.run([sys.executable, "-m", "dsdoctor", expected["command"], *args, "--json", "-"],
-                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    with contextlib.ExitStack() as stack:
+        if expected.get("hold_port"):  # another job's rendezvous store on a port: held while the command runs
+            holder = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            holder.bind(("", 0))
+            holder.listen(1)
+            held = str(holder.getsockname()[1])
+        for key, value in expected.get("env", {}).items():
+            env[key] = value.replace("{held_port}", held if expected.get("hold_port") else "")
+        proc = subprocess.run([sys.executable, "-m", "dsdoctor", expected["command"], *args, "--json", "-"],
+                              capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert proc.stdout, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     found = {f["id"]: f for f in report["findings"] if f["severity"] in ("warning", "error")}
