@@ -104,7 +104,8 @@ class DsdoctorGroup(click.Group):
 #: command name -> module in dsdoctor/commands holding a click command of that name; imported only when run,
 #: so ``dsdoctor check`` does not pay for ``smoke``'s imports
 COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
-            "estimate": "dsdoctor.commands.estimate", "nccl": "dsdoctor.commands.nccl",
+            "estimate": "dsdoctor.commands.estimate", "explain": "dsdoctor.commands.explain",
+            "nccl": "dsdoctor.commands.nccl",
             "rules": "dsdoctor.commands.rules",
             "smoke": "dsdoctor.commands.smoke"}
 

@@ -345,6 +345,13 @@ def run_smoke(opts: SmokeOptions) -> Report:
     elif returncode != 0 or errors:
         for finding in training.failure_findings(errors, returncode, log_tail):
             report.add(finding)
+        # the pitfall by name, as `dsdoctor explain` reads a log: the run's output and its ranks' error records
+        from dsdoctor.checks.logs import pitfall_findings
+
+        text = (out / "train.log").read_bytes()[-4 * 2 ** 20:].decode("utf-8", "replace") + "\n" + \
+            "\n".join(str(e.get("message", "")) for e in errors)
+        for finding in pitfall_findings(text, already={f.id for f in report.findings}):
+            report.add(finding)
 
     rows0 = rows_by_rank.get(0, [])
     losses = [r["loss"] for r in rows0]

@@ -1,0 +1,529 @@
+"""Failed-run logs (``dsdoctor explain``, and ``smoke`` on its own failed runs): the first real failure in a log of
+interleaved ranks, named with the rule ID of the preflight check that would have caught it (``LOG8xx`` where no
+preflight check can).
+
+A log is read line by line: ANSI colours are removed, and a rank prefix is recognised and set aside (torchrun's
+``[rank3]:`` and ``[default3]:``, srun's ``3:``, pdsh's ``host:`` from the deepspeed multi-node launcher). Each
+:class:`Signature` is a pattern of one failure, with a cheap substring test in front of its regular expression (a
+10,000-line log is read in well under a second). The *first real failure* is the earliest line that matches a
+signature which is not a consequence of another failure: a rank killed by a signal, a connection reset by a peer that
+died, a launcher's "exits with return code" summary and torchrun's ``ChildFailedError`` come after the cause; they are
+the cause only when nothing else was found.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from dsdoctor.report import Finding
+from dsdoctor.rules import Rule, catalogue, rule
+
+LOG800 = rule(
+    "LOG800", "info", "no known failure found",
+    what="The log holds no failure that dsdoctor recognises.",
+    why="The run may have ended for a reason not in the catalogue, or the log is cut before the failure.",
+    fix="Read the last error-looking lines (in the evidence); `dsdoctor rules` lists what explain recognises.",
+    source="dsdoctor explain")
+LOG801 = rule(
+    "LOG801", "error", "NCCL watchdog timeout",
+    what="A collective waited longer than the process group's timeout (NCCL's watchdog, 30 minutes by default; 10 "
+         "in some torch versions) and the watchdog aborted the job.",
+    why="One rank stopped calling collectives while the others waited in one: it was busy elsewhere (rank 0 "
+        "tokenising a large dataset, saving, evaluating), crashed earlier, or the network between the ranks hangs.",
+    fix="The ranks that did not time out are the suspects. For long preprocessing: preprocess before launching, or "
+        "raise the timeout (TrainingArguments ddp_timeout=7200; deepspeed.init_distributed(timeout=timedelta("
+        "hours=2))). For a network hang: `dsdoctor nccl` names the stage and the rank.",
+    source="torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp (the watchdog's message); "
+           "https://github.com/hiyouga/LlamaFactory/issues/2424")
+LOG802 = rule(
+    "LOG802", "error", "the model needs trust_remote_code, in a run that cannot answer",
+    what="transformers asked whether to run the model repository's own code (ChatGLM, Qwen v1, Baichuan, InternLM), "
+         "and the run has no terminal to answer on.",
+    why="Every rank waits for the prompt or fails with EOFError / 'trust_remote_code=True' ValueError.",
+    fix="Read the repository's modeling code, then pass trust_remote_code=True to from_pretrained (LLaMA-Factory and "
+        "most scripts: --trust_remote_code), or use a transformers-native checkpoint of the model.",
+    source="transformers/dynamic_module_utils.py resolve_trust_remote_code")
+LOG803 = rule(
+    "LOG803", "error", "LoRA target modules not in the model",
+    what="peft found none of the LoRA target module names in the model.",
+    why="Target names are per architecture: q_proj/v_proj (Llama, Qwen2, Mistral) do not exist in ChatGLM "
+        "(query_key_value), Baichuan (W_pack), InternLM2 (wqkv) or Qwen v1 (c_attn).",
+    fix="Set the targets to the model's own linear names (`dsdoctor estimate --model M --method lora` lists them; "
+        "or peft's target_modules='all-linear').",
+    source="peft/tuners/tuners_utils.py inject_adapter; https://github.com/hiyouga/LlamaFactory/issues/590")
+LOG804 = rule(
+    "LOG804", "error", "the fine-tuning script refuses ZeRO-3 with LoRA on a base model",
+    what="Qwen's finetune.py stops: with LoRA on a base (not chat) model it also trains the embeddings and output "
+         "layer (modules_to_save), which ZeRO-3 cannot combine with LoRA there.",
+    why="The script's own guard, before any training.",
+    fix="Use a ZeRO-2 config for LoRA on a base model, or fine-tune the chat model (no modules_to_save).",
+    source="https://github.com/QwenLM/Qwen/issues/1161 (finetune.py)")
+
+#: Lines that look like errors, for LOG800's evidence.
+ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|timed? ?out", re.I)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+#: rank prefixes: torchrun --tee / accelerate ("[rank3]:", "[default3]:"), srun --label ("3: "), pdsh ("host: ")
+PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d+)\]:\s?|(?P<r2>\d{1,4}):\s|(?P<host>[A-Za-z][\w.-]{0,62}):\s(?=\S))")
+
+
+@dataclass
+class Line:
+    """One log line: its number (1-based), the rank it came from (None when unknown), and its text without the
+    prefix and colours."""
+
+    number: int
+    rank: int | None
+    text: str
+
+
+@dataclass
+class Match:
+    """A signature found at ``line``; ``evidence`` and ``fix`` are filled by the signature."""
+
+    signature: "Signature"
+    line: Line
+    groups: re.Match
+    evidence: str = ""
+    fix: str = ""
+    ranks: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure's pattern. ``needles``: substrings one of which every matching line contains (tested first);
+    ``rule_id``: the rule it is reported under; ``describe(match, lines)`` returns (evidence, fix or "") from the
+    match and the whole log; ``consequence``: True for what follows another failure (a killed rank, a reset
+    connection), reported only when nothing else is found; ``caught_by``: the command that finds it before launch."""
+
+    name: str
+    rule_id: str
+    needles: tuple[str, ...]
+    pattern: re.Pattern
+    describe: Callable[["Match", list[Line]], tuple[str, str]]
+    caught_by: str = ""
+    consequence: bool = False
+
+
+def read_lines(text: str) -> list[Line]:
+    """``text`` split into :class:`Line` objects, colours and rank prefixes removed (``\\r`` progress bars kept as
+    their last state)."""
+    lines = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        if "\r" in raw:
+            raw = raw.rsplit("\r", 1)[-1] or raw.replace("\r", "")
+        if "\x1b" in raw:
+            raw = ANSI.sub("", raw)
+        rank = None
+        found = PREFIX.match(raw)
+        if found and (found.group("r1") or found.group("r2") or _host_prefix(found, raw)):
+            rank = int(found.group("r1") or found.group("r2")) if (found.group("r1") or found.group("r2")) else None
+            raw = raw[found.end():]
+        lines.append(Line(number, rank, raw))
+    return lines
+
+
+def _host_prefix(found: re.Match, raw: str) -> bool:
+    """A pdsh ``host: `` prefix, not a Python ``ValueError: ...`` line or a ``key: value`` log line: hosts have no
+    upper-case letters at the start and are followed by a timestamp or a bracketed tag, as DeepSpeed's launcher
+    prints them."""
+    host = found.group("host") or ""
+    rest = raw[found.end():]
+    return bool(host) and host[0].islower() and not host.endswith(("Error", "Exception")) and \
+        bool(re.match(r"\[\d{4}-\d\d-\d\d|\[(?:rank|default)\d+\]|\d{4}-\d\d-\d\d|Traceback|\w+(Error|Exception):", rest))
+
+
+# --- what each signature says ---------------------------------------------------------------------------------------
+
+def _gib(text: str) -> float | None:
+    number = re.match(r"([\d.]+)\s*([KMGT]i?B)", text)
+    if not number:
+        return None
+    scale = {"K": 2 ** -20, "M": 2 ** -10, "G": 1, "T": 2 ** 10}[number.group(2)[0]]
+    return float(number.group(1)) * scale
+
+
+def _ds_settings(lines: list[Line]) -> dict[str, str]:
+    """Values DeepSpeed prints at start-up ('  zero_optimization_stage ...... 2'; its config as JSON lines) and
+    the Trainer's arguments, when the log has them: what ``dsdoctor estimate`` should be run with."""
+    wanted = {"train_micro_batch_size_per_gpu": "micro_batch", "zero_optimization_stage": "zero",
+              "bfloat16_enabled": "bf16", "bf16_enabled": "bf16", "fp16_enabled": "fp16",
+              "gradient_accumulation_steps": "grad_acc", "world_size": "world_size"}
+    found = {}
+    pattern = re.compile(r"(\w+)\s*\.{3,}\s*(\S+)|\"(\w+)\":\s*(\d+|true|false)")
+    for line in lines:
+        if "...." not in line.text and '": ' not in line.text:
+            continue
+        m = pattern.search(line.text)
+        if not m:
+            continue
+        key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        if key in wanted and wanted[key] not in found:
+            found[wanted[key]] = value
+        elif key == "stage" and "zero" not in found:
+            found["zero"] = value
+    return found
+
+
+def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    text = match.line.text
+    parts = []
+    tried = re.search(r"Tried to allocate ([\d.]+ [KMGT]i?B)", text)
+    total = re.search(r"total capacity of ([\d.]+ [KMGT]i?B)", text)
+    free = re.search(r"([\d.]+ [KMGT]i?B) (?:is )?free", text)
+    allocated = re.search(r"([\d.]+ [KMGT]i?B) is allocated by PyTorch|([\d.]+ [KMGT]i?B) already allocated", text)
+    reserved = re.search(r"([\d.]+ [KMGT]i?B) is reserved by PyTorch but unallocated|([\d.]+ [KMGT]i?B) reserved in "
+                         r"total by PyTorch", text)
+    gpu = re.search(r"GPU (\d+)", text)
+    if tried:
+        parts.append(f"tried to allocate {tried.group(1)}")
+    if total:
+        parts.append(f"GPU {gpu.group(1) if gpu else '?'} total {total.group(1)}")
+    if free:
+        parts.append(f"free {free.group(1)}")
+    if allocated:
+        parts.append(f"allocated by PyTorch {allocated.group(1) or allocated.group(2)}")
+    if reserved:
+        parts.append(f"reserved {'but unallocated' if reserved.group(1) else 'in total'} "
+                     f"{reserved.group(1) or reserved.group(2)}")
+    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    settings = _ds_settings(lines)
+    args = ["dsdoctor estimate --model MODEL"]
+    if "zero" in settings:
+        args.append(f"--zero {settings['zero']}")
+    if "micro_batch" in settings:
+        args.append(f"--micro-batch {settings['micro_batch']}")
+    if settings.get("bf16", "").lower() == "true":
+        args.append("--precision bf16")
+    elif settings.get("fp16", "").lower() == "true":
+        args.append("--precision fp16")
+    args.append("--seq-len SEQ_LEN")
+    if total and _gib(total.group(1)):
+        args.append(f"--gpu-mem {_gib(total.group(1)):.0f}")
+    fragmented = ""
+    if reserved and reserved.group(1) and _gib(reserved.group(1)) and tried and _gib(tried.group(1)) and \
+            _gib(reserved.group(1)) >= _gib(tried.group(1)):
+        fragmented = " The reserved-but-unallocated memory exceeds the request: fragmentation; " \
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough."
+    return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
+            f"Run `{' '.join(args)}` (values from this log where it printed them) to see the peak and what to "
+            f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
+            f"gradient accumulation, shorter sequences.{fragmented}")
+
+
+def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    total, micro, acc, world = (int(g.group(i)) for i in (1, 2, 3, 4))
+    assumed = total / (micro * acc) if micro * acc else 0
+    note = f"; the config assumes world size {assumed:g}" if assumed and assumed != world and assumed.is_integer() \
+        else ""
+    fixed = micro * acc * world
+    return (f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient accumulation x world "
+            f"size){note}",
+            f"Give two of the three and let DeepSpeed derive the third: drop train_batch_size (DeepSpeed then uses "
+            f"{fixed} on {world} rank(s)), or set it to {fixed}. `dsdoctor check ds_config.json --world-size "
+            f"{world}` checks it before launch.")
+
+
+def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    start = match.line.number  # 1-based: lines[start] is the line after the match
+    items = []
+    for line in lines[start:start + 60]:
+        text = line.text.strip()
+        if text.startswith("- ds "):
+            items.append(text[2:])
+        elif items and not text.startswith("-"):
+            break
+    return (f"{len(items)} mismatch(es): " + "; ".join(items[:8]) if items else match.line.text.strip()[:300],
+            "Set each to \"auto\" (the Trainer fills it) or make TrainingArguments agree; `dsdoctor check "
+            "ds_config.json --launch trainer --hf-args args.json` lists them all before launch.")
+
+
+def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
+    pattern = match.signature.pattern
+    timed_out = {}
+    for line in lines:
+        if match.signature.needles[0] in line.text:
+            found = pattern.search(line.text)
+            if found:
+                rank = line.rank if line.rank is not None else (int(found.group("rank")) if found.group("rank") else None)
+                timed_out.setdefault(rank, found)
+    ranks = sorted(r for r in timed_out if r is not None)
+    first = timed_out[ranks[0]] if ranks else match.groups
+    world = _world_size(lines)
+    missing = sorted(set(range(world)) - set(ranks)) if world and ranks else []
+    op = first.group("op") or "?"
+    evidence = (f"{op} (SeqNum={first.group('seq') or '?'}, NumelIn={first.group('numel') or '?'}) timed out after "
+                f"{int(first.group('timeout')) / 60000:g} min on rank(s) {ranks or '?'}")
+    if missing:
+        evidence += f"; rank(s) {missing} did not time out: they were not in the collective (the suspects)"
+    return evidence, ""
+
+
+def _world_size(lines: list[Line]) -> int | None:
+    for line in lines[:4000]:
+        found = re.search(r"world_size[=:\s]+(\d+)|WORLD_SIZE=(\d+)|world size[=:\s]+(\d+)", line.text)
+        if found:
+            return int(next(g for g in found.groups() if g))
+    ranks = {line.rank for line in lines if line.rank is not None}
+    return max(ranks) + 1 if ranks else None
+
+
+def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
+    pid = next((g.group(k) for k in ("pid", "pid2", "pid3") if g.groupdict().get(k)), None)
+    offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
+    evidence = (f"{'rank ' + rank if rank else 'a rank'}{' (pid ' + pid + ')' if pid else ''} killed by signal 9 "
+                f"(SIGKILL) with no Python error: the host's out-of-memory killer"
+                + ("; the config offloads to the CPU" if offload else ""))
+    return evidence, ("Check `dmesg | grep -i oom`. Host RAM must hold what loading the model and offload need on "
+                      "every rank: `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it with this "
+                      "host's; load with low_cpu_mem_usage, use fewer ranks per node, or offload less.")
+
+
+def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
+    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    return where + match.line.text.strip()[:300], ""
+
+
+def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """The op that failed to build and the compiler's first error line after it."""
+    op = match.groups.group("op")
+    error = ""
+    compiler = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|"
+                          r"unsupported gpu architecture", re.I)
+    for line in lines[match.line.number:match.line.number + 200]:  # ninja's output follows the RuntimeError
+        text = line.text.strip()
+        if compiler.search(text) and not text.startswith(("Traceback", "subprocess.", "RuntimeError")):
+            error = text
+            break
+    return (f"building op '{op}' failed" + (f": {error[:240]}" if error else ""),
+            "`dsdoctor env --build-ops ds_config.json` builds the ops the config needs before launch and shows the "
+            "compiler's error; install the CUDA toolkit matching torch's CUDA (nvcc), gcc, ninja, or pre-build "
+            "(DS_BUILD_OPS=1 pip install deepspeed).")
+
+
+def _arch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    listed = next((re.search(r"TORCH_CUDA_ARCH_LIST[=:\s\"']+([\w.;+ ]+)", line.text) for line in lines
+                   if "TORCH_CUDA_ARCH_LIST" in line.text), None)
+    value = listed.group(1).strip() if listed else None
+    return (f"{match.line.text.strip()[:200]}" + (f" (TORCH_CUDA_ARCH_LIST={value})" if value else ""),
+            "DeepSpeed's op builder cannot parse an arch suffix such as 9.0a: export TORCH_CUDA_ARCH_LIST=9.0 (the "
+            "GPUs' compute capabilities, digits only). `dsdoctor env` finds it before launch.")
+
+
+def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """pydantic's message and the next two lines of the same rank: the key and what is wrong with it."""
+    after = [ln.text.strip() for ln in lines[match.line.number:match.line.number + 20]
+             if ln.rank == match.line.rank][:2]
+    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    text = match.line.text.strip()
+    return where + text[text.find(re.search(r"\d+ validation", text).group(0)):] + ": " + " ".join(after)[:240], ""
+
+
+def _targets(match: Match, lines: list[Line]) -> tuple[str, str]:
+    return match.line.text.strip()[:300], ""
+
+
+def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
+    text = match.line.text.strip()
+    missing = re.search(r"No module named '([\w.]+)'", text)
+    if missing and missing.group(1).split(".")[0] in ("deepspeed", "torch"):
+        package = missing.group(1).split(".")[0]
+        return text[:300], (f"Install {package} in the environment the launcher uses (the same python: `which "
+                            f"python` on every node); `dsdoctor env` shows what is installed.")
+    return text[:300], ("A package is older or newer than the code that imports it expects: `dsdoctor env` lists the "
+                        "versions and those known to break each other; pin the versions the training repository "
+                        "names (its requirements.txt).")
+
+
+# --- the catalogue of signatures ------------------------------------------------------------------------------------
+
+def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False) -> Signature:
+    needles = (needles,) if isinstance(needles, str) else tuple(needles)
+    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence)
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    _sig("nccl-watchdog", "LOG801", "Watchdog caught collective operation timeout",
+         r"(?:\[[^\]]*?Rank (?P<rank>\d+)\]\s*)?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+),"
+         r" OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?.*?Timeout\(ms\)=(?P<timeout>\d+)", _watchdog,
+         "dsdoctor nccl"),
+    _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
+         r"failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 98|EADDRINUSE|[Aa]ddress already in use", _first_line,
+         "dsdoctor env (or nccl, smoke): MASTER_PORT busy, before any rank starts"),
+    _sig("port-privileged", "NET406", ("Permission denied", "EACCES"),
+         r"failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 13|port: (?P<port2>\d+),.*name: EACCES",
+         _first_line, "dsdoctor env"),
+    _sig("name-unresolved", "NET405", "Name or service not known",
+         r"Name or service not known|Temporary failure in name resolution", _first_line, "dsdoctor env"),
+    _sig("rendezvous-unreachable", "NET410", "socket has failed to connect",
+         r"client socket has failed to connect to .*(?:errno: (?:110|111|113)|timed out|refused|No route)",
+         _first_line, "dsdoctor env on each node (MASTER_ADDR reachable)"),
+    _sig("nccl-no-interface", "NET402", "no socket interface found",
+         r"Bootstrap : no socket interface found|no socket interface found", _first_line, "dsdoctor env"),
+    _sig("batch-assertion", "DS102", "train_batch_size is not equal to",
+         r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s+(\d+)\s*!=\s*"
+         r"(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+)", _batch, "dsdoctor check"),
+    _sig("auto-compare", "DS101", "not supported between instances of 'str'",
+         r"TypeError: '[<>=]+' not supported between instances of 'str' and '(?:int|float)'", _first_line,
+         "dsdoctor check --launch engine"),
+    _sig("auto-multiply", "DS101", "non-int of type 'str'",
+         r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check --launch engine"),
+    _sig("auto-convert", "DS101", "'auto'",
+         r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'", _first_line,
+         "dsdoctor check --launch engine"),
+    _sig("hf-mismatch", "HF201", "mismatch TrainingArguments values",
+         r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values", _mismatch,
+         "dsdoctor check --launch trainer --hf-args"),
+    _sig("cuda-oom", "MEM501", "out of memory",
+         r"(?:OutOfMemoryError|RuntimeError): CUDA out of memory|CUDA error: out of memory", _oom, "dsdoctor estimate"),
+    _sig("host-oom-kill", "MEM504", ("-9", "Signal 9"),
+         r"--local_rank=(?P<rank2>\d+)'\] exits with return code = -9|exits with return code = -9|"
+         r"failed \(exitcode: -9\) local_rank: (?P<rank3>\d+) \(pid: (?P<pid3>\d+)\)|Signal 9 \(SIGKILL\) received by PID (?P<pid>\d+)|"
+         r"exitcode\s*:\s*-9 \(pid: (?P<pid2>\d+)\)|rank (?P<rank>\d+) .*exit code -9", _signal,
+         "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
+    _sig("shm-bus-error", "ENV312", ("Bus error", "bus error"),
+         r"Bus error|ERROR: Unexpected bus error encountered in worker|No space left on device.*shm", _first_line,
+         "dsdoctor env (the /dev/shm size)"),
+    _sig("cuda-home", "ENV305", "CUDA_HOME",
+         r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", _first_line,
+         "dsdoctor env (toolchain) / env --build-ops"),
+    _sig("arch-suffix", "ENV307", "invalid literal for int() with base 10: '",
+         r"invalid literal for int\(\) with base 10: '\d+[a-z]'", _arch, "dsdoctor env"),
+    _sig("no-kernel-image", "ENV308", "no kernel image is available",
+         r"no kernel image is available for execution on the device", _first_line, "dsdoctor env"),
+    _sig("op-build", "ENV324", "Error building extension",
+         r"Error building extension '(?P<op>\w+)'", _build, "dsdoctor env --build-ops ds_config.json"),
+    _sig("bf16-unsupported", "DS111", "bf16",
+         r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
+         "dsdoctor check --gpu auto"),
+    _sig("dtype-mismatch", "DS113", ("expected scalar type", "same dtype", "should be the same"),
+         r"expected scalar type \w+ but found \w+|mat1 and mat2 must have the same dtype|Input type \(.+\) and weight "
+         r"type \(.+\) should be the same|expected (?:mat1 and mat2|both) to have the same dtype", _first_line,
+         "dsdoctor check --model MODEL"),
+    _sig("loss-scale-floor", "DS114", "Current loss scale already at minimum",
+         r"Current loss scale already at minimum", _first_line, "dsdoctor check --model MODEL"),
+    _sig("nan-loss", "TRN602", ("nan", "NaN"),
+         r"['\"]loss['\"]: nan|\bloss[=:]\s*nan\b|Loss is NaN|loss is nan", _first_line,
+         "dsdoctor smoke --steps 100"),
+    _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
+         r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for .*torch\.Size\(\[0\]\)", _first_line,
+         "dsdoctor check (stage3_gather_16bit_weights_on_model_save)"),
+    _sig("lora-targets", "LOG803", "not found in the base model",
+         r"Target modules? .* not found in the base model", _targets, "dsdoctor estimate --method lora"),
+    _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
+         r"ZeRO3 is incompatible with LoRA", _first_line),
+    _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
+         r"contains custom code which must be executed|Do you wish to run the custom code|"
+         r"requires you to execute .*custom code|trust_remote_code=True", _first_line,
+         "dsdoctor check --model PATH (reads config.json only)"),
+    _sig("import-error", "ENV310", ("ImportError", "ModuleNotFoundError", "deepspeed_init()", "AttributeError"),
+         r"(?:ImportError: cannot import name .+ from|ModuleNotFoundError: No module named|"
+         r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|AttributeError: module '\w+' has no "
+         r"attribute)", _import, "dsdoctor env"),
+    _sig("no-optimizer", "DS120", "requires an optimizer",
+         r"zero stage \d requires an optimizer", _first_line, "dsdoctor check --launch engine"),
+    _sig("ds-config-invalid", "DS199", "validation error for DeepSpeed",
+         r"\d+ validation errors? for DeepSpeed\w*Config", _validation, "dsdoctor check"),
+    _sig("nccl-error", "NET408", "NCCL error",
+         r"NCCL error in: .*(?:unhandled system error|unhandled cuda error|internal error|remote process exited)",
+         _first_line, "dsdoctor nccl", consequence=True),
+)
+
+#: Every signature's needles in one pattern: one search rules out most lines, ``findall`` names the needles a line
+#: has. No needle may contain another (``findall`` would hide the shorter one; tests/test_explain.py checks it).
+NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURES for n in s.needles}, key=len,
+                                                              reverse=True)))
+
+#: Consequences of another rank's failure (never the first real failure when something else is found).
+CASCADE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|SIGTERM|Signal 15|"
+                     r"ChildFailedError|exits with return code = -15|Killing subprocess", re.I)
+
+
+def scan(text: str) -> tuple[list[Match], list[Line]]:
+    """Every signature match in ``text``, in line order (one per signature and rank, the earliest), and the lines.
+
+    Raises nothing: any text is a log (binary data is the caller's to refuse)."""
+    lines = read_lines(text)
+    matches: list[Match] = []
+    seen: set[tuple[str, int | None]] = set()
+    for line in lines:
+        text_line = line.text
+        if len(text_line) < 6 or not NEEDLES.search(text_line):
+            continue  # most lines of a log: one C-level search over every signature's needles
+        if text_line.lstrip().startswith(("raise ", "File \"")):
+            continue  # a traceback's source lines quote the error; the exception line itself follows
+        present = set(NEEDLES.findall(text_line))
+        for signature in SIGNATURES:
+            if present.isdisjoint(signature.needles):
+                continue
+            found = signature.pattern.search(text_line)
+            if found is None:
+                continue
+            key = (signature.name, line.rank)
+            if key in seen:
+                continue
+            seen.add(key)
+            matches.append(Match(signature, line, found))
+    return matches, lines
+
+
+def first_failure(matches: list[Match]) -> Match | None:
+    """The earliest match that is not a consequence of another failure, else the earliest match."""
+    primary = [m for m in matches if not m.signature.consequence]
+    return (primary or matches or [None])[0]
+
+
+def explain(text: str) -> tuple[list[Finding], dict]:
+    """Findings for the log ``text``: the first real failure (its rule's ID, severity and title; the evidence from
+    the log with its line number and rank; the fix, and the preflight command that would have caught it), then any
+    other distinct failure as ``info``; or LOG800 with the last error-looking lines. Also a result dict
+    (``lines``, ``ranks``, ``first_failure``, ``matches``)."""
+    rules = catalogue()
+    matches, lines = scan(text)
+    result = {"lines": len(lines), "ranks": sorted({ln.rank for ln in lines if ln.rank is not None})}
+    first = first_failure(matches)
+    if first is None:
+        tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)][-5:]
+        shown = " | ".join(f"line {ln.number}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
+        result.update(first_failure=None, matches=[])
+        return [LOG800.finding(f"no known failure found in {len(lines):,} lines; last error-looking lines: {shown}")], \
+            result
+    findings = []
+    ordered = [first] + [m for m in matches if m is not first]
+    reported: set[str] = set()
+    for match in ordered:
+        evidence, fix = match.signature.describe(match, lines)
+        target: Rule = rules[match.signature.rule_id]
+        if target.id in reported:
+            continue
+        reported.add(target.id)
+        where = f"line {match.line.number}: "
+        fix = fix or target.fix
+        if match.signature.caught_by and "`dsdoctor" not in fix:
+            fix += f" Before launch: `{match.signature.caught_by}`."
+        is_first = match is first
+        findings.append(target.finding(
+            where + evidence, severity=None if is_first else "info",
+            title=target.title if is_first else f"later: {target.title}", fix=fix))
+        if len(findings) >= 6:
+            break
+    findings[0] = replace(findings[0], severity="error")  # what ended the run, whatever the rule's preflight severity
+    result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,
+                               "line": first.line.number, "rank": first.line.rank}
+    result["matches"] = [{"rule": m.signature.rule_id, "signature": m.signature.name, "line": m.line.number,
+                          "rank": m.line.rank} for m in matches[:50]]
+    return findings, result
+
+
+def pitfall_findings(text: str, already: set[str] = frozenset()) -> list[Finding]:
+    """The named pitfall of a failed run's output (``smoke`` on its own runs): :func:`explain`'s first finding, as
+    an error, unless nothing was recognised or its rule is among ``already`` reported."""
+    findings, _ = explain(text)
+    first = findings[0]
+    if first.id == LOG800.id or first.id in already:
+        return []
+    return [first]

@@ -1,0 +1,176 @@
+"""`dsdoctor explain LOG`: the corpus in cases/logs (real logs made on this machine's CPU with the real DeepSpeed, and
+logs written from the public reports), rank prefixes and colours, the first real failure before its cascade, bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dsdoctor.checks.logs import explain, read_lines
+from dsdoctor.cli import cli
+
+LOGS = Path(__file__).resolve().parents[1] / "cases" / "logs"
+CORPUS = sorted(p for p in LOGS.iterdir() if (p / "expected.json").is_file())
+
+
+def run(*args, input=None):
+    result = CliRunner().invoke(cli, ["explain", *args, "--json", "-"], input=input)
+    return result.exit_code, (json.loads(result.output) if result.output.strip().startswith("{") else None), result
+
+
+def test_the_corpus_covers_every_kind_the_issue_names():
+    rules = {json.loads((p / "expected.json").read_text())["rule"] for p in CORPUS}
+    assert {"LOG801", "NET401", "NET410", "NET402", "DS102", "DS101", "HF201", "MEM501", "MEM504", "ENV305",
+            "ENV324", "DS113", "DS114", "TRN602", "DS142", "LOG803", "LOG802", "ENV310"} <= rules
+    assert len(CORPUS) >= 25
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[p.name for p in CORPUS])
+def test_corpus(case):
+    expected = json.loads((case / "expected.json").read_text())
+    code, report, result = run(str(case / "log.txt"))
+    assert code == expected["exit_code"], result.output
+    first = report["findings"][0]
+    assert first["id"] == expected["rule"]
+    assert expected["evidence_contains"] in first["evidence"]
+    assert first["fix"]
+    assert all(f["severity"] == "info" for f in report["findings"][1:])  # later failures are context
+
+
+def test_no_personal_details_in_the_corpus():
+    import getpass
+    import socket
+
+    banned = {"/root/", "/work/", getpass.getuser() + "@", socket.gethostname() + ":"}
+    for case in CORPUS:
+        text = (case / "log.txt").read_text()
+        assert not [b for b in banned if b in text], case.name
+
+
+def test_prefixes_and_colours_are_removed():
+    lines = read_lines("\x1b[31m[rank3]:\x1b[0m ValueError: x\n[default5]: hello\n7: srun label\n"
+                       "worker-1: [2024-01-01 10:00:00,000] [INFO] hi\nValueError: not a host\n")
+    assert [(ln.rank, ln.text) for ln in lines] == [(3, "ValueError: x"), (5, "hello"), (7, "srun label"),
+                                                     (None, "[2024-01-01 10:00:00,000] [INFO] hi"),
+                                                     (None, "ValueError: not a host")]
+
+
+def test_the_first_real_failure_comes_before_its_cascade():
+    log = "\n".join([
+        "[rank5]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer",
+        "[rank2]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 2 has a total capacity "
+        "of 23.65 GiB of which 1.10 GiB is free.",
+        "[2024-01-01 10:00:05,000] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', "
+        "'--local_rank=1'] exits with return code = -9",
+        "[rank0]: ValueError: Target modules ['q_proj'] not found in the base model.",
+    ])
+    findings, result = explain(log)
+    assert [f.id for f in findings] == ["MEM501", "MEM504", "LOG803"]
+    assert findings[0].severity == "error" and findings[0].evidence.startswith("line 2: rank 2: CUDA out of memory")
+    assert "--gpu-mem 24" in findings[0].fix
+    assert result["first_failure"] == {"rule": "MEM501", "signature": "cuda-oom", "line": 2, "rank": 2}
+
+
+def test_a_killed_rank_is_the_cause_only_when_nothing_else_is_found():
+    log = "[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 't.py', '--local_rank=3'] exits with return code = -9"
+    findings, _ = explain(log)
+    assert (findings[0].id, findings[0].severity) == ("MEM504", "error") and "rank 3" in findings[0].evidence
+
+
+def test_batch_assertion_recomputes_the_triple():
+    findings, _ = explain("AssertionError: Check batch related parameters. train_batch_size is not equal to "
+                          "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 1 * 7")
+    assert findings[0].evidence == ("line 1: train_batch_size 32 != 4 x 1 x 7 (micro batch x gradient accumulation "
+                                    "x world size); the config assumes world size 8")
+    assert "set it to 28" in findings[0].fix
+
+
+def test_stdin():
+    code, report, _ = run("-", input="noise\nRuntimeError: CUDA error: no kernel image is available for execution on "
+                                     "the device\n")
+    assert code == 1 and report["findings"][0]["id"] == "ENV308"
+
+
+def test_a_log_with_no_failure_lists_its_last_error_looking_lines(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1\nWARNING: something failed to load, retrying\nstep 2\ndone\n")
+    code, report, _ = run(str(log))
+    assert code == 0
+    [finding] = report["findings"]
+    assert finding["id"] == "LOG800" and "line 2: WARNING: something failed to load" in finding["evidence"]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "is empty"),
+    (b"  \n\n", "is empty"),
+    (bytes(range(256)) * 40, "is binary data"),
+    (b"\x89PNG\r\n\x1a\n" + b"\x00" * 100, "is binary data"),
+])
+def test_bad_input_is_one_line(tmp_path, content, message):
+    log = tmp_path / "x.log"
+    log.write_bytes(content)
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", str(log)], capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("make,message", [(lambda p: p / "missing.log", "no such file"),
+                                          (lambda p: p, "is a directory")])
+def test_missing_or_directory(tmp_path, make, message):
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", str(make(tmp_path))], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_invalid_utf8_is_read():
+    findings, _ = explain(b"\xff\xfe garbage \xc3\nAssertionError: Check batch related parameters. train_batch_size "
+                          b"is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 8 != 1 * 1 * 2"
+                          .decode("utf-8", "replace"))
+    assert findings[0].id == "DS102"
+
+
+def eight_rank_log(lines_per_rank: int, seed: int = 0) -> tuple[str, int]:
+    """A training log of 8 ranks interleaved (torchrun prefixes), a cascade after an OOM on rank 6 near the end;
+    returns the text and the line number of the OOM."""
+    rng = random.Random(seed)
+    streams = []
+    for rank in range(8):
+        lines = [f"[rank{rank}]: [2024-01-01 10:{i // 60:02d}:{i % 60:02d},000] [INFO] [logging.py:96:log_dist] "
+                 f"step={i}, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]" if i % 3 else
+                 f"[rank{rank}]: {{'loss': {2.5 - i / lines_per_rank:.4f}, 'learning_rate': 1e-05, 'epoch': 0.{i}}}"
+                 for i in range(lines_per_rank)]
+        streams.append(lines)
+    merged = []
+    while any(streams):
+        stream = rng.choice([s for s in streams if s])
+        merged.append(stream.pop(0))
+    oom_at = len(merged) - 200
+    merged.insert(oom_at, "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 6 has "
+                          "a total capacity of 79.15 GiB of which 2.10 GiB is free.")
+    for rank in (0, 1, 2, 3, 4, 5, 7):
+        merged.append(f"[rank{rank}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+                      f"closed by peer [10.0.0.1]:{40000 + rank}")
+        merged.append(f"[rank{rank}]: [E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation "
+                      f"timeout: WorkNCCL(SeqNum=9001, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+                      f"for 600042 milliseconds before timing out.")
+    return "\n".join(merged), oom_at + 1
+
+
+def test_eight_ranks_ten_thousand_lines():
+    text, oom_line = eight_rank_log(1300)
+    findings, result = explain(text)
+    assert result["lines"] > 10_000 and result["ranks"] == list(range(8))
+    assert findings[0].id == "MEM501" and findings[0].evidence.startswith(f"line {oom_line}: rank 6:")
+
+
+def test_no_needle_hides_another():
+    from dsdoctor.checks.logs import SIGNATURES
+
+    needles = {n for s in SIGNATURES for n in s.needles}
+    assert [(a, b) for a in needles for b in needles if a != b and a in b] == []
