@@ -270,6 +270,24 @@ def _world_size(lines: list[Line]) -> int | None:
     return max(ranks) + 1 if ranks else None
 
 
+def _nccl_connect(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """NCCL could not connect to a peer: the address it tried and the interface NCCL chose (its INFO lines
+    'Bootstrap : Using eth0:10.0.0.5<0>' or 'NET/Socket : Using [0]docker0:172.17.0.1<0>', when logged)."""
+    using = None
+    for line in lines:
+        found = re.search(r"(?:Bootstrap : Using|NET/Socket : Using \[0\])\s*([\w.-]+):([\d.]+)", line.text)
+        if found:
+            using = found
+            break
+    evidence = f"NCCL could not connect to {match.groups.group('addr')}: {match.line.text.strip()[:200]}"
+    if using:
+        evidence += f"; NCCL used interface {using.group(1)} ({using.group(2)})"
+    name = using.group(1) if using else "the interface"
+    fix = (f"NCCL chose {name}, which the other nodes may not reach" if using else "NCCL's interface cannot reach the "
+           "peer") + ": set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface of the network the nodes "                      "share, on every node (`ip -br addr`); open the ports between nodes in the firewall."
+    return evidence, fix
+
+
 def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
     g = match.groups
     rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
@@ -364,6 +382,10 @@ SIGNATURES: tuple[Signature, ...] = (
          _first_line, "dsdoctor env on each node (MASTER_ADDR reachable)"),
     _sig("nccl-no-interface", "NET402", "no socket interface found",
          r"Bootstrap : no socket interface found|no socket interface found", _first_line, "dsdoctor env"),
+    _sig("nccl-connect", "NET411", ("NCCL WARN",),
+         r"NCCL WARN (?:socketStartConnect|socketPollConnect|Net : Connect to|Call to connect|"
+         r"NET/Socket : Connect to)[^\n]*?(?P<addr>\d+\.\d+\.\d+\.\d+)[^\n]*?(?:failed|returned|timed out)",
+         _nccl_connect, "dsdoctor env on each node (NET411: the interface NCCL would use)"),
     _sig("batch-assertion", "DS102", "train_batch_size is not equal to",
          r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s+(\d+)\s*!=\s*"
          r"(\d+)\s*\*\s*(\d+)\s*\*\s*(\d+)", _batch, "dsdoctor check"),
@@ -404,14 +426,18 @@ SIGNATURES: tuple[Signature, ...] = (
          r"expected scalar type \w+ but found \w+|mat1 and mat2 must have the same dtype|Input type \(.+\) and weight "
          r"type \(.+\) should be the same|expected (?:mat1 and mat2|both) to have the same dtype", _first_line,
          "dsdoctor check --model MODEL"),
-    _sig("loss-scale-floor", "DS114", "Current loss scale already at minimum",
-         r"Current loss scale already at minimum", _first_line, "dsdoctor check --model MODEL"),
+    _sig("loss-scale-floor", "DS114", ("Current loss scale already at minimum", "reducing to 1"),
+         r"Current loss scale already at minimum|Attempted loss scale: 1(?:\.0)?, reducing to 1\b", _first_line,
+         "dsdoctor check --model MODEL"),
     _sig("nan-loss", "TRN602", ("nan", "NaN"),
          r"['\"]loss['\"]: nan|\bloss[=:]\s*nan\b|Loss is NaN|loss is nan", _first_line,
          "dsdoctor smoke --steps 100"),
     _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
          r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for .*torch\.Size\(\[0\]\)", _first_line,
          "dsdoctor check (stage3_gather_16bit_weights_on_model_save)"),
+    _sig("adapter-keys-missing", "DS142", "missing adapter keys",
+         r"Found missing adapter keys while loading the checkpoint", _first_line,
+         "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)"),
     _sig("lora-targets", "LOG803", "not found in the base model",
          r"Target modules? .* not found in the base model", _targets, "dsdoctor estimate --method lora"),
     _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
