@@ -3,9 +3,31 @@
 #   source .whl/prelude.sh && bash benchmarks/run_gpu.sh verify $OUT   # bundled smoke + 6B-shape LoRA with reload/merge
 #   source .whl/prelude.sh && bash benchmarks/run_gpu.sh speed  $OUT   # reference trainer vs HF Trainer, same call
 #   source .whl/prelude.sh && bash benchmarks/run_gpu.sh zero3  $OUT   # bundled smoke + 6B-shape LoRA under ZeRO-3
+#   source .whl/prelude.sh && bash benchmarks/run_gpu.sh env-nccl $OUT # issues 5, 6, 7: env --deep with the image's
+#        TORCH_CUDA_ARCH_LIST=9.0a and with 9.0, --build-ops, single-rank NCCL, a real CUDA OOM log for explain
 # Results are copied into benchmarks/results/ with the command that made them.
 set -u
 MODE=$1; OUT=$2
+if [ "$MODE" = env-nccl ]; then  # no model needed: the environment, NCCL on one GPU, and a real OOM
+  export TORCH_EXTENSIONS_DIR=$PWD/.torch_ext
+  echo '{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "train_micro_batch_size_per_gpu": 1}' > /tmp/adam.json
+  TORCH_CUDA_ARCH_LIST=9.0a dsdoctor env --deep --json $OUT/env_h200_arch_9.0a.json --format markdown > $OUT/env_h200_arch_9.0a.md 2>&1
+  echo "env 9.0a exit $? (expected 1: ENV307)"
+  TORCH_CUDA_ARCH_LIST=9.0 timeout 300 dsdoctor env --deep --build-ops /tmp/adam.json --json $OUT/env_h200_arch_9.0.json \
+    --format markdown > $OUT/env_h200_arch_9.0.md 2>&1
+  echo "env 9.0 + FusedAdam build exit $? (expected 0)"
+  timeout 120 dsdoctor nccl --nproc 1 --backend nccl --sizes 1M,64M,1G --json $OUT/nccl_h200_1rank.json \
+    --format markdown > $OUT/nccl_h200_1rank.md 2>&1
+  echo "nccl exit $?"
+  python3 - > $OUT/oom_real.log 2>&1 <<'PY'
+import torch
+x = [torch.empty(40 * 2**30, dtype=torch.uint8, device="cuda") for _ in range(4)]
+PY
+  dsdoctor explain $OUT/oom_real.log --json $OUT/explain_oom_real.json > /dev/null 2>&1
+  echo "explain on a real OOM exit $? (expected 1: MEM501)"
+  ls -la $OUT
+  exit 0
+fi
 M=/tmp/chatglm6b-shape; D=/tmp/long.jsonl; CFG=benchmarks/ds_zero2_bf16.json
 STEPS=${STEPS:-40}
 python3 benchmarks/trainer_speed.py make-model $M && python3 benchmarks/trainer_speed.py make-data $D || exit 1
