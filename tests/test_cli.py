@@ -19,7 +19,8 @@ DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS110", "DS111", "DS112"
           "DS143", "DS144", "DS145", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 9)]
 ALL_IDS = ([f"TRN6{i:02d}" for i in range(11)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM50{i}" for i in range(8)]
-           + [f"ENV3{i:02d}" for i in range(29)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410"]
+           + [f"ENV3{i:02d}" for i in range(29)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413"]
+           + ["LOG800", "LOG801", "LOG802", "LOG803", "LOG804"]
            + DS_IDS + HF_IDS)
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
 FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}
@@ -59,7 +60,7 @@ def test_help_lists_commands(runner):
 def test_rules_table_lists_every_id(runner):
     result = runner.invoke(cli, ["rules"])
     assert result.exit_code == 0, result.output
-    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d|HF2\d\d|MEM5\d\d|ENV3\d\d)\b", result.stdout))
+    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d|HF2\d\d|MEM5\d\d|ENV3\d\d|LOG8\d\d)\b", result.stdout))
     assert found == set(ALL_IDS)
     assert "INFO" in result.stdout
 
