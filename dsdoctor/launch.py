@@ -7,10 +7,12 @@ does not reach them: :func:`terminate_tree` walks ``/proc`` for every descendant
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -85,3 +87,24 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead, only unreaped
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def stop_on_termination():
+    """While the block runs, SIGTERM and SIGHUP raise KeyboardInterrupt, so the caller's Ctrl-C cleanup
+    (:func:`terminate_tree`) also runs when dsdoctor itself is killed or its terminal closes: the ranks run in their
+    own session and would otherwise outlive it. Outside the main thread (where Python cannot set handlers) it does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

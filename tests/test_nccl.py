@@ -153,3 +153,53 @@ def test_ctrl_c_stops_every_rank_and_frees_the_port():
     _, alive = psutil.wait_procs(children, timeout=5)
     assert alive == []
     assert not port_in_use(port)
+
+
+def test_ranks_that_print_a_lot_do_not_look_hung():
+    """The ranks' output goes to a file: through a pipe read at the end, 64 KiB of it blocked them (seen with
+    TORCH_DISTRIBUTED_DEBUG=DETAIL, about 80 KB here) and the probe reported a hang."""
+    proc, data, _ = run("--nproc", "2", "--backend", "gloo", "--timeout", "30", "--sizes", "1K",
+                        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_CPP_LOG_LEVEL": "INFO"})
+    assert proc.returncode == 0, data and data["findings"]
+    assert data["findings"][0]["id"] == "NET409"
+    assert data["result"]["records"] is None  # removed after a run that passed
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_termination_stops_every_rank(sig):
+    import signal
+
+    import psutil
+
+    from dsdoctor.checks.network import free_port, port_in_use
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MASTER_PORT=str(port), DSDOCTOR_NCCL_SIMULATE_MISSING="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "nccl", "--nproc", "2", "--backend", "gloo",
+                             "--timeout", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not port_in_use(port):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    time.sleep(1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 3
+    proc.send_signal(getattr(signal, sig))
+    proc.communicate(timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == []
+
+
+def test_a_sweep_larger_than_host_ram_is_refused():
+    proc, _, _ = run("--nproc", "4", "--backend", "gloo", "--sizes", "16G")
+    assert proc.returncode == 2 and "of host RAM" in proc.stderr and "use smaller --sizes" in proc.stderr
+
+
+def test_the_telling_line_of_the_launcher_output():
+    from dsdoctor.commands.nccl import telling_line
+
+    output = "x\ndsdoctor nccl: rank 5 (node0) stuck in stage rendezvous for 30 s\nmore\n" + "=" * 60 + "\n"
+    assert telling_line(output) == "dsdoctor nccl: rank 5 (node0) stuck in stage rendezvous for 30 s"
+    assert telling_line("a\nRuntimeError: boom\n----\n") == "RuntimeError: boom"
+    assert telling_line("") == "(none)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -30,7 +31,9 @@ CAUSES = {
                   "the port taken on the master)",
     "barrier": "the ranks reached the store but cannot connect to each other: NCCL_SOCKET_IFNAME on the wrong "
                "interface, a firewall between nodes, P2P broken between the GPUs (RTX 40xx: NCCL_P2P_DISABLE=1)",
-    "sweep": "a link that breaks or crawls under load (P2P/IB problems; NCCL_DEBUG=INFO shows the transport)",
+    "sweep": "a link that breaks or crawls under load (P2P/IB problems; NCCL_DEBUG=INFO shows the transport), or a "
+             "sweep too long for --timeout (each size runs --iters times for 4 collectives: lower --sizes/--iters "
+             "or raise --timeout)",
 }
 
 def read_marks(out: Path) -> dict[int, list[dict]]:
@@ -60,7 +63,7 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     """The body of ``dsdoctor nccl``. Raises DsdoctorError for bad options or a backend that cannot run here."""
     from dsdoctor.checks.environment import collect, diagnose
     from dsdoctor.checks.network import free_port
-    from dsdoctor.launch import launcher_command, terminate_tree
+    from dsdoctor.launch import launcher_command, stop_on_termination, terminate_tree
 
     if nproc < 1 or nproc > 512:
         raise DsdoctorError(f"--nproc must be between 1 and 512, got {nproc}")
@@ -74,6 +77,9 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
         raise DsdoctorError(f"--sizes {sizes}: sizes like 1M,16M,1G") from None
     if not sweep_bytes or any(b < 4 or b > 16 * 2 ** 30 for b in sweep_bytes):
         raise DsdoctorError(f"--sizes {sizes}: each size between 4 bytes and 16G")
+    memory_problem = sweep_memory_problem(max(sweep_bytes), nproc, backend)
+    if memory_problem:
+        raise DsdoctorError(memory_problem)
     report = Report("nccl")
     facts = collect(sections=("host", "network"))
     before = [f for f in diagnose(facts) if f.id.startswith("NET")]
@@ -90,34 +96,39 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
                             "--iters", str(iters)])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     start = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+    # the ranks' output goes to a file: a pipe read only at the end fills up (64 KiB) under NCCL_DEBUG=INFO and
+    # blocks the ranks, which then look hung
+    launcher_log = open(out / "launcher.log", "w")
+    proc = subprocess.Popen(cmd, stdout=launcher_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     stage_started = {"rendezvous": start}
     timed_out = None
     try:
-        while True:
-            marks = read_marks(out)
-            stage, behind, failures = progress(marks, nproc)
-            if stage is None or failures:
-                break
-            stage_started.setdefault(stage, time.time())
-            if proc.poll() is not None:
-                time.sleep(0.3)  # last records may still be in flight
+        with stop_on_termination():
+            while True:
                 marks = read_marks(out)
                 stage, behind, failures = progress(marks, nproc)
-                break
-            limit = timeout_s + (30 if stage == "rendezvous" else 0)  # process start and imports
-            if time.time() - stage_started[stage] > limit:
-                timed_out = (stage, behind)
-                break
-            time.sleep(0.2)
+                if stage is None or failures:
+                    break
+                stage_started.setdefault(stage, time.time())
+                if proc.poll() is not None:
+                    time.sleep(0.3)  # last records may still be in flight
+                    marks = read_marks(out)
+                    stage, behind, failures = progress(marks, nproc)
+                    break
+                limit = timeout_s + (30 if stage == "rendezvous" else 0)  # process start and imports
+                if time.time() - stage_started[stage] > limit:
+                    timed_out = (stage, behind)
+                    break
+                time.sleep(0.2)
     except KeyboardInterrupt:
         terminate_tree(proc, grace_s=2)
         raise
     finally:
         if proc.poll() is None:
             terminate_tree(proc, grace_s=2)
-    output = (proc.stdout.read() if proc.stdout else "")[-3000:]
+        launcher_log.close()
+    output = (out / "launcher.log").read_bytes()[-20000:].decode("utf-8", "replace")
     marks = read_marks(out)
     stage, behind, failures = progress(marks, nproc)
     rank0 = marks.get(0, [])
@@ -163,9 +174,11 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
             report.add(NET408.finding(f"rank {rank}, stage {m['stage']}: {m.get('error', '')}"))
     elif stage is not None:
         report.add(NET408.finding(f"the ranks exited at stage {stage} (exit {proc.returncode}); last output: "
-                                  f"{output.strip().splitlines()[-1] if output.strip() else '(none)'}"))
+                                  f"{telling_line(output)}"))
     else:
         report.add(NET409.finding(f"{nproc} rank(s), {backend}{headline(sweep)}"))
+        shutil.rmtree(out, ignore_errors=True)  # kept only when something failed, for its records and launcher.log
+        report.result["records"] = None
         if sweep:
             from dsdoctor.checks.network import busbw_findings, local_link
 
@@ -174,6 +187,42 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
             for finding in busbw_findings(sweep, nproc, backend, link):
                 report.add(finding)
     return report
+
+
+#: Bytes a rank holds per byte of the largest sweep size: the buffer, its 1/n part, and the backend's own copy.
+SWEEP_BYTES_PER_BYTE = 3
+
+
+def sweep_memory_problem(largest: int, nproc: int, backend: str) -> str | None:
+    """Why the sweep's largest size would not fit (gloo: every rank's buffers in this host's RAM; nccl: each GPU's
+    memory), or None."""
+    from dsdoctor.hardware import host_ram_bytes, visible_gpus
+
+    need = SWEEP_BYTES_PER_BYTE * largest
+    if backend == "gloo":
+        ram = host_ram_bytes()
+        if ram and nproc * need > 0.8 * ram:
+            return (f"--sizes up to {largest / 2 ** 30:.1f} GiB on {nproc} gloo ranks needs about "
+                    f"{nproc * need / 2 ** 30:.0f} GiB of host RAM; this host has {ram / 2 ** 30:.0f} GiB: use smaller "
+                    f"--sizes")
+        return None
+    gpus = visible_gpus()[:nproc]
+    smallest = min((g.memory_bytes for g in gpus if g.memory_bytes), default=0)
+    if smallest and need > 0.8 * smallest:
+        return (f"--sizes up to {largest / 2 ** 30:.1f} GiB needs about {need / 2 ** 30:.0f} GiB per GPU; the "
+                f"smallest visible GPU has {smallest / 2 ** 30:.0f} GiB: use smaller --sizes")
+    return None
+
+
+def telling_line(output: str) -> str:
+    """The line of the launcher's output that says most: a rank's 'stuck in stage' line, else the last error line,
+    else the last line that is not a separator."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not set(ln.strip()) <= set("=-*_ ")]
+    for pattern in ("stuck in stage", "Error", "error"):
+        found = [ln for ln in lines if pattern in ln]
+        if found:
+            return found[-1][:300]
+    return lines[-1][:300] if lines else "(none)"
 
 
 def headline(sweep: list[dict] | None) -> str:

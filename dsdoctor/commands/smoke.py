@@ -148,7 +148,7 @@ def supervise(cmd: list[str], env: dict, out: Path, steps: int, timeout_s: float
     """Run the launcher with its output in ``out/train.log``; show a live progress bar with rank 0's loss on
     stderr. Returns (exit code or None on timeout, timed_out, wall seconds). Kills every rank on timeout,
     on a rank's error record that the launcher does not act on within 60 s, and on Ctrl-C (re-raised)."""
-    from dsdoctor.launch import terminate_tree
+    from dsdoctor.launch import stop_on_termination, terminate_tree
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -164,27 +164,28 @@ def supervise(cmd: list[str], env: dict, out: Path, steps: int, timeout_s: float
                                 start_new_session=True)
         offset, last = 0, None
         try:
-            while proc.poll() is None:
-                time.sleep(0.5)
-                if metrics.is_file():
-                    with open(metrics, encoding="utf-8") as f:
-                        f.seek(offset)
-                        chunk = f.read()
-                    complete = chunk[: chunk.rfind("\n") + 1]
-                    offset += len(complete.encode("utf-8"))
-                    for line in complete.splitlines():
-                        last = json.loads(line)
-                    if last:
-                        progress.update(task, description="training", completed=last["step"],
-                                        loss=f"loss {last['loss']:.4f}")
-                if first_error_at is None and any((out / "errors").glob("rank*.json")):
-                    first_error_at = time.monotonic()
-                    progress.update(task, description="a rank failed")
-                if time.monotonic() - start > timeout_s or (
-                        first_error_at is not None and time.monotonic() - first_error_at > 60):
-                    timed_out = time.monotonic() - start > timeout_s
-                    terminate_tree(proc)
-                    return (None if timed_out else proc.returncode), timed_out, time.monotonic() - start
+            with stop_on_termination():  # SIGTERM/SIGHUP stop the ranks as Ctrl-C does
+                while proc.poll() is None:
+                    time.sleep(0.5)
+                    if metrics.is_file():
+                        with open(metrics, encoding="utf-8") as f:
+                            f.seek(offset)
+                            chunk = f.read()
+                        complete = chunk[: chunk.rfind("\n") + 1]
+                        offset += len(complete.encode("utf-8"))
+                        for line in complete.splitlines():
+                            last = json.loads(line)
+                        if last:
+                            progress.update(task, description="training", completed=last["step"],
+                                            loss=f"loss {last['loss']:.4f}")
+                    if first_error_at is None and any((out / "errors").glob("rank*.json")):
+                        first_error_at = time.monotonic()
+                        progress.update(task, description="a rank failed")
+                    if time.monotonic() - start > timeout_s or (
+                            first_error_at is not None and time.monotonic() - first_error_at > 60):
+                        timed_out = time.monotonic() - start > timeout_s
+                        terminate_tree(proc)
+                        return (None if timed_out else proc.returncode), timed_out, time.monotonic() - start
         except KeyboardInterrupt:
             progress.update(task, description="interrupted: stopping every rank")
             terminate_tree(proc)
