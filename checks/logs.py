@@ -14,7 +14,7 @@ the cause only when nothing else was found.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from dsdoctor.report import Finding
@@ -80,14 +80,12 @@ class Line:
 
 @dataclass
 class Match:
-    """A signature found at ``line``; ``evidence`` and ``fix`` are filled by the signature."""
+    """A signature found at ``line``, which is ``lines[line_index]`` of the log."""
 
     signature: "Signature"
     line: Line
     groups: re.Match
-    evidence: str = ""
-    fix: str = ""
-    ranks: list[int] = field(default_factory=list)
+    line_index: int
 
 
 @dataclass(frozen=True)
@@ -105,22 +103,34 @@ class Signature:
     caught_by: str = ""
     consequence: bool = False
 
+    def needles_present(self, text: str) -> bool:
+        return any(needle in text for needle in self.needles)
 
-def read_lines(text: str) -> list[Line]:
-    """``text`` split into :class:`Line` objects, colours and rank prefixes removed (``\\r`` progress bars kept as
-    their last state)."""
+
+def read_lines(text: str, skipped: tuple[int, int] | None = None) -> list[Line]:
+    """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress
+    bar is one line, kept as its last state), colours and rank prefixes removed (a host prefix before a rank prefix,
+    ``node0: [rank3]:``, too). ``skipped`` = (after line, count): that many lines were left out after that line (the
+    middle of a huge log), and the numbers after it count them."""
     lines = []
-    for number, raw in enumerate(text.splitlines(), 1):
+    after, count = skipped or (0, 0)
+    for number, raw in enumerate(text.split("\n"), 1):
         if "\r" in raw:
+            raw = raw.rstrip("\r")
             raw = raw.rsplit("\r", 1)[-1] or raw.replace("\r", "")
         if "\x1b" in raw:
             raw = ANSI.sub("", raw)
         rank = None
-        found = PREFIX.match(raw)
-        if found and (found.group("r1") or found.group("r2") or _host_prefix(found, raw)):
-            rank = int(found.group("r1") or found.group("r2")) if (found.group("r1") or found.group("r2")) else None
+        for _ in range(2):
+            found = PREFIX.match(raw)
+            if not (found and (found.group("r1") or found.group("r2") or _host_prefix(found, raw))):
+                break
+            if found.group("r1") or found.group("r2"):
+                rank = int(found.group("r1") or found.group("r2"))
             raw = raw[found.end():]
-        lines.append(Line(number, rank, raw))
+        lines.append(Line(number + (count if skipped and number > after else 0), rank, raw))
+    if lines and not lines[-1].text:
+        lines.pop()  # the final newline
     return lines
 
 
@@ -227,7 +237,7 @@ def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 
 def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
-    start = match.line.number  # 1-based: lines[start] is the line after the match
+    start = match.line_index + 1
     items = []
     for line in lines[start:start + 60]:
         text = line.text.strip()
@@ -263,7 +273,8 @@ def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 def _world_size(lines: list[Line]) -> int | None:
     for line in lines[:4000]:
-        found = re.search(r"world_size[=:\s]+(\d+)|WORLD_SIZE=(\d+)|world size[=:\s]+(\d+)", line.text)
+        found = re.search(r"(?<!\w)(?:dist_)?world_size[=:\s]+(\d+)|WORLD_SIZE=(\d+)|world size[=:\s]+(\d+)",
+                          line.text)
         if found:
             return int(next(g for g in found.groups() if g))
     ranks = {line.rank for line in lines if line.rank is not None}
@@ -301,6 +312,20 @@ def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
                       "host's; load with low_cpu_mem_usage, use fewer ranks per node, or offload less.")
 
 
+def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """The error that ended the rendezvous, and the last address the store client tried before it."""
+    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    tried = None
+    for line in lines[:match.line_index]:
+        found = re.search(r"failed to connect to (\S+) \((errno: \d+ - [^)]+)\)", line.text)
+        if found:
+            tried = found
+    evidence = where + match.line.text.strip()[:240]
+    if tried:
+        evidence += f" (last attempt: {tried.group(1)}, {tried.group(2)})"
+    return evidence, ""
+
+
 def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
     where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
     return where + match.line.text.strip()[:300], ""
@@ -312,7 +337,7 @@ def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
     error = ""
     compiler = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|"
                           r"unsupported gpu architecture", re.I)
-    for line in lines[match.line.number:match.line.number + 200]:  # ninja's output follows the RuntimeError
+    for line in lines[match.line_index + 1:match.line_index + 200]:  # ninja's output follows the RuntimeError
         text = line.text.strip()
         if compiler.search(text) and not text.startswith(("Traceback", "subprocess.", "RuntimeError")):
             error = text
@@ -334,7 +359,7 @@ def _arch(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
     """pydantic's message and the next two lines of the same rank: the key and what is wrong with it."""
-    after = [ln.text.strip() for ln in lines[match.line.number:match.line.number + 20]
+    after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
              if ln.rank == match.line.rank][:2]
     where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
     text = match.line.text.strip()
@@ -377,9 +402,12 @@ SIGNATURES: tuple[Signature, ...] = (
          _first_line, "dsdoctor env"),
     _sig("name-unresolved", "NET405", "Name or service not known",
          r"Name or service not known|Temporary failure in name resolution", _first_line, "dsdoctor env"),
-    _sig("rendezvous-unreachable", "NET410", "socket has failed to connect",
-         r"client socket has failed to connect to .*(?:errno: (?:110|111|113)|timed out|refused|No route)",
-         _first_line, "dsdoctor env on each node (MASTER_ADDR reachable)"),
+    # the store's "[W socket.cpp] ... failed to connect" retries are normal while the master starts: only the error
+    # that ends them is a failure
+    _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients"),
+         r"(?:DistNetworkError|DistStoreError|RuntimeError|TimeoutError|ConnectionError)\b.*(?:failed to connect|"
+         r"waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
+         "dsdoctor env on each node (MASTER_ADDR reachable)"),
     _sig("nccl-no-interface", "NET402", "no socket interface found",
          r"Bootstrap : no socket interface found|no socket interface found", _first_line, "dsdoctor env"),
     _sig("nccl-connect", "NET411", ("NCCL WARN",),
@@ -394,8 +422,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "dsdoctor check --launch engine"),
     _sig("auto-multiply", "DS101", "non-int of type 'str'",
          r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check --launch engine"),
-    _sig("auto-convert", "DS101", "'auto'",
-         r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'", _first_line,
+    _sig("auto-convert", "DS101", ("'auto'", "got auto"),
+         r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'|"
+         r"must be (?:a|an) [\w ]+, got auto\b", _first_line,
          "dsdoctor check --launch engine"),
     _sig("hf-mismatch", "HF201", "mismatch TrainingArguments values",
          r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values", _mismatch,
@@ -464,53 +493,111 @@ SIGNATURES: tuple[Signature, ...] = (
 NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURES for n in s.needles}, key=len,
                                                               reverse=True)))
 
-#: Consequences of another rank's failure (never the first real failure when something else is found).
+#: Consequences of another rank's failure (never the first real failure when something else is found): a peer's
+#: connection gone, the launcher's signals and summaries, an aborted communicator.
 CASCADE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|SIGTERM|Signal 15|"
-                     r"ChildFailedError|exits with return code = -15|Killing subprocess", re.I)
+                     r"ChildFailedError|exits with return code = -15|Killing subprocess|remote worker crash|"
+                     r"communicator was aborted|KeyboardInterrupt|NCCL communicator|DistBackendError", re.I)
+#: The last line of a Python traceback: an exception's (dotted) name and its message.
+PYTHON_ERROR = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(?P<exc>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<message>.*))?$")
+LOG805 = rule(
+    "LOG805", "error", "a Python error dsdoctor has no rule for",
+    what="The first failure in the log is a Python exception that none of explain's signatures names.",
+    why="The lines after it (other ranks' connection errors, watchdog timeouts, the launcher's exit codes) follow "
+        "from it: they are not the cause.",
+    fix="Read the traceback that ends at the line in the evidence, on that rank: its last frames name the code that "
+        "raised it (the data pipeline, the model's code, the training script).",
+    source="dsdoctor explain (the last line of a traceback)")
 
 
-def scan(text: str) -> tuple[list[Match], list[Line]]:
+def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:
+    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    frame = next((ln.text.strip() for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
+                  if ln.rank == match.line.rank and ln.text.lstrip().startswith("File \"")), None)
+    return where + match.line.text.strip()[:240] + (f" (raised at {frame[:160]})" if frame else ""), ""
+
+
+PYTHON_ERROR_SIGNATURE = Signature("python-error", "LOG805", (), PYTHON_ERROR, _python_error)
+
+
+def scan(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Match], list[Line]]:
     """Every signature match in ``text``, in line order (one per signature and rank, the earliest), and the lines.
+    A Python exception that no signature knows (the last line of a traceback: ``KeyError: 'input_ids'``) is a
+    ``python-error`` match (LOG805) of its rank, when it is not a consequence of another rank's failure.
 
     Raises nothing: any text is a log (binary data is the caller's to refuse)."""
-    lines = read_lines(text)
+    lines = read_lines(text, skipped)
     matches: list[Match] = []
     seen: set[tuple[str, int | None]] = set()
-    for line in lines:
+    in_traceback: dict[int | None, bool] = {}  # per rank: a "Traceback" line came, its exception line not yet
+    after_file_line: dict[int | None, bool] = {}  # per rank: the previous line was a traceback's "File ..." line
+    for index, line in enumerate(lines):
         text_line = line.text
-        if len(text_line) < 6 or not NEEDLES.search(text_line):
+        stripped = text_line.lstrip()
+        quoted = (after_file_line.get(line.rank, False) and text_line[:1].isspace()) or \
+            stripped.startswith(("raise ", "File \""))
+        after_file_line[line.rank] = stripped.startswith("File \"")
+        if stripped.startswith("Traceback (most recent call last)"):
+            in_traceback[line.rank] = True
+            continue
+        if len(text_line) < 6 or quoted:
+            continue  # a traceback's source lines quote code (and errors); the exception line itself follows
+        needle = NEEDLES.search(text_line)
+        exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line) and \
+            PYTHON_ERROR.match(stripped)
+        if exception:
+            in_traceback[line.rank] = False
+        if not needle and not exception:
             continue  # most lines of a log: one C-level search over every signature's needles
-        if text_line.lstrip().startswith(("raise ", "File \"")):
-            continue  # a traceback's source lines quote the error; the exception line itself follows
-        present = set(NEEDLES.findall(text_line))
-        for signature in SIGNATURES:
-            if present.isdisjoint(signature.needles):
-                continue
-            found = signature.pattern.search(text_line)
-            if found is None:
-                continue
-            key = (signature.name, line.rank)
-            if key in seen:
-                continue
-            seen.add(key)
-            matches.append(Match(signature, line, found))
+        known = False
+        for signature in SIGNATURES if needle else ():
+            if signature.needles_present(text_line):
+                found = signature.pattern.search(text_line)
+                if found is None:
+                    continue
+                known = True
+                key = (signature.name, line.rank)
+                if key not in seen:
+                    seen.add(key)
+                    matches.append(Match(signature, line, found, index))
+        if exception and not known and not CASCADE.search(text_line):
+            key = (PYTHON_ERROR_SIGNATURE.name, line.rank)
+            if key not in seen:
+                seen.add(key)
+                matches.append(Match(PYTHON_ERROR_SIGNATURE, line, exception, index))
     return matches, lines
 
 
+#: A Python error followed this closely (lines, same rank) by a known failure is that failure's traceback: its
+#: message continued (state_dict's size mismatches) or a chained exception (ninja's error, then "Error building
+#: extension").
+EXPLAINED_WITHIN = 40
+
+
 def first_failure(matches: list[Match]) -> Match | None:
-    """The earliest match that is not a consequence of another failure, else the earliest match."""
-    primary = [m for m in matches if not m.signature.consequence]
+    """The earliest match that is not a consequence of another failure (a generic Python error counts only when no
+    known failure of its rank follows within :data:`EXPLAINED_WITHIN` lines), else the earliest match."""
+    primary = [m for m in matches if not m.signature.consequence and not explained(m, matches)]
     return (primary or matches or [None])[0]
 
 
-def explain(text: str) -> tuple[list[Finding], dict]:
+def explained(match: Match, matches: list[Match]) -> bool:
+    """Whether ``match`` is a generic Python error that a known failure of its rank follows closely."""
+    return match.signature is PYTHON_ERROR_SIGNATURE and any(
+        k.signature is not PYTHON_ERROR_SIGNATURE and k.line.rank == match.line.rank
+        and 0 < k.line_index - match.line_index <= EXPLAINED_WITHIN for k in matches)
+
+
+def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Finding], dict]:
     """Findings for the log ``text``: the first real failure (its rule's ID, severity and title; the evidence from
     the log with its line number and rank; the fix, and the preflight command that would have caught it), then any
     other distinct failure as ``info``; or LOG800 with the last error-looking lines. Also a result dict
-    (``lines``, ``ranks``, ``first_failure``, ``matches``)."""
+    (``lines``, ``ranks``, ``first_failure``, ``matches``, ``skipped_lines``). ``skipped``: see :func:`read_lines`."""
     rules = catalogue()
-    matches, lines = scan(text)
-    result = {"lines": len(lines), "ranks": sorted({ln.rank for ln in lines if ln.rank is not None})}
+    matches, lines = scan(text, skipped)
+    result = {"lines": len(lines) + (skipped[1] if skipped else 0),
+              "ranks": sorted({ln.rank for ln in lines if ln.rank is not None}),
+              "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
     first = first_failure(matches)
     if first is None:
         tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)][-5:]
@@ -519,7 +606,7 @@ def explain(text: str) -> tuple[list[Finding], dict]:
         return [LOG800.finding(f"no known failure found in {len(lines):,} lines; last error-looking lines: {shown}")], \
             result
     findings = []
-    ordered = [first] + [m for m in matches if m is not first]
+    ordered = [first] + [m for m in matches if m is not first and not explained(m, matches)]
     reported: set[str] = set()
     for match in ordered:
         evidence, fix = match.signature.describe(match, lines)

@@ -174,3 +174,89 @@ def test_no_needle_hides_another():
 
     needles = {n for s in SIGNATURES for n in s.needles}
     assert [(a, b) for a in needles for b in needles if a != b and a in b] == []
+
+
+# --- from a trial by a new user ---------------------------------------------------------------------------------------
+
+WATCHDOG = ("[rank{r}]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank {r}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600042 "
+            "milliseconds before timing out.")
+KEYERROR = ("[rank1]: Traceback (most recent call last):\n"
+            "[rank1]:   File \"train.py\", line 88, in collate\n"
+            "[rank1]:     ids = [s[\"input_ids\"] for s in batch]\n"
+            "[rank1]: KeyError: 'input_ids'\n")
+
+
+def test_an_unknown_python_error_is_the_first_failure_before_its_cascade():
+    findings, result = explain(KEYERROR + WATCHDOG.format(r=0) + "\n")
+    assert [f.id for f in findings] == ["LOG805", "LOG801"]
+    assert findings[0].evidence == ("line 4: rank 1: KeyError: 'input_ids' (raised at File \"train.py\", line 88, in "
+                                    "collate)")
+    code, report, _ = run("-", input=KEYERROR + "[ERROR] ['python', '-u', 'train.py', '--local_rank=1'] exits with "
+                                                "return code = 1\n")
+    assert code == 1 and report["findings"][0]["id"] == "LOG805"
+
+
+def test_warmup_auto_is_ds101():
+    findings, _ = explain("Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                          "ValueError: warmup_num_steps must be a positive integer, got auto\n")
+    assert findings[0].id == "DS101"
+
+
+def test_code_quoted_in_a_traceback_is_not_a_failure():
+    log = ("Traceback (most recent call last):\n  File \"train.py\", line 12, in <module>\n"
+           "    model = AutoModel.from_pretrained(path, trust_remote_code=True)\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    findings, _ = explain(log)
+    assert [f.id for f in findings] == ["MEM501"]
+
+
+def test_store_retries_at_start_up_are_not_a_failure():
+    retry = ("[W socket.cpp:464] [c10d] The client socket has failed to connect to [node0]:29500 (errno: 111 - "
+             "Connection refused).\n")
+    code, report, _ = run("-", input=retry * 3 + "[INFO] [launch.py:347:main] Process 1201 exits successfully.\n")
+    assert code == 0 and report["findings"][0]["id"] == "LOG800"
+    findings, _ = explain(retry + "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+                                  "local_rank: 1 (pid: 4242) of binary: /usr/bin/python\n")
+    assert findings[0].id == "MEM504" and "rank 1 (pid 4242)" in findings[0].evidence
+
+
+def test_line_numbers_are_grep_numbers_with_progress_bars():
+    bars = "".join(f"\r{i}%|#" for i in range(100))
+    findings, _ = explain(f"start\n{bars}\nstep\nRuntimeError: CUDA error: no kernel image is available for execution "
+                          f"on the device\n")
+    assert findings[0].evidence.startswith("line 4: ")
+
+
+def test_a_huge_log_keeps_the_file_s_line_numbers(tmp_path, monkeypatch):
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_BYTES", 4000)
+    monkeypatch.setattr(command, "HEAD_BYTES", 1000)
+    log = tmp_path / "big.log"
+    lines = [f"step {i} loss 1.0" for i in range(1000)] + ["RuntimeError: CUDA error: no kernel image is available "
+                                                          "for execution on the device"]
+    log.write_text("\n".join(lines) + "\n")
+    report = command.run_explain(str(log))
+    first = report.findings[0]
+    assert first.id == "ENV308" and first.evidence.startswith("line 1001: ")
+    assert "of this log, its middle, were not read" in first.evidence
+    start, end = report.result["skipped_lines"]
+    assert 1 < start < end < 1001
+
+
+def test_watchdog_suspects_with_several_world_sizes_and_node_prefixes():
+    log = ("[INFO] tp_world_size=1 dp_world_size=8 dist_world_size=8\n"
+           + "\n".join(f"node{r // 4}: " + WATCHDOG.format(r=r) for r in range(8) if r != 5) + "\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG801" and "rank(s) [5] did not time out" in findings[0].evidence
+    assert result["ranks"] == [0, 1, 2, 3, 4, 6, 7]
+
+
+@pytest.mark.parametrize("encode", [lambda t: t.encode("utf-16"), lambda t: b"\x00" * 4096 + t.encode()])
+def test_utf16_and_leading_nul_logs_are_read(tmp_path, encode):
+    log = tmp_path / "x.log"
+    log.write_bytes(encode("noise\nRuntimeError: CUDA error: no kernel image is available for execution on the "
+                           "device\n"))
+    code, report, _ = run(str(log))
+    assert code == 1 and report["findings"][0]["id"] == "ENV308"

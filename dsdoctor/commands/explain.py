@@ -9,6 +9,7 @@ would have caught it. Exit 1 when a failure is recognised, 0 when none is.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -21,9 +22,13 @@ MAX_BYTES = 64 * 2 ** 20
 HEAD_BYTES = 2 * 2 ** 20
 
 
-def read_log(source: str) -> str:
-    """The text of ``source`` (a path, or '-' for stdin), decoded as UTF-8 with undecodable bytes replaced. A log
-    over 64 MiB is read as its first 2 MiB and its last 62 MiB.
+def read_log(source: str) -> tuple[str, tuple[int, int] | None]:
+    """The text of ``source`` (a path, or '-' for stdin) and the lines left out of it, if any.
+
+    Decoded as UTF-8 with undecodable bytes replaced, or as UTF-16 when it starts with a byte-order mark (PowerShell's
+    ``>``); NUL bytes at the start (a log cut while it was written) are dropped. A log over 64 MiB is read as its
+    first 2 MiB and its last 62 MiB, cut at line ends: the second value is then (the line after which lines were left
+    out, how many), so that line numbers stay those of the file.
 
     Raises:
         DsdoctorError: no such file, a directory, unreadable, empty, or binary data (NUL bytes or mostly
@@ -39,31 +44,38 @@ def read_log(source: str) -> str:
         if path.is_dir():
             raise DsdoctorError(f"{source}: is a directory; give the log file (e.g. train.log)")
         try:
-            size = path.stat().st_size
-            with open(path, "rb") as f:
-                if size > MAX_BYTES:
-                    head = f.read(HEAD_BYTES)
-                    f.seek(size - (MAX_BYTES - HEAD_BYTES))
-                    data = head + b"\n" + f.read()
-                else:
-                    data = f.read()
+            data = path.read_bytes()
         except OSError as exc:
             raise DsdoctorError(f"{source}: cannot read it ({exc.strerror})") from None
         name = source
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        data = data.decode("utf-16", errors="replace").encode("utf-8")
+    data = data.lstrip(b"\x00")
     if not data.strip():
         raise DsdoctorError(f"{name} is empty: nothing to explain")
     sample = data[:8192]
     printable = sum(32 <= b < 127 or b in (9, 10, 13, 27) or b >= 128 for b in sample)
     if b"\x00" in sample or printable < 0.9 * len(sample):
         raise DsdoctorError(f"{name} is binary data, not a text log")
-    return data.decode("utf-8", errors="replace")
+    skipped = None
+    if len(data) > MAX_BYTES:
+        head_end = data.rfind(b"\n", 0, HEAD_BYTES) + 1
+        tail_start = data.find(b"\n", len(data) - (MAX_BYTES - HEAD_BYTES)) + 1
+        skipped = (data.count(b"\n", 0, head_end), data.count(b"\n", head_end, tail_start))
+        data = data[:head_end] + data[tail_start:]
+    return data.decode("utf-8", errors="replace"), skipped
 
 
 def run_explain(source: str) -> Report:
     """The body of ``dsdoctor explain``."""
     from dsdoctor.checks.logs import explain as explain_text
 
-    findings, result = explain_text(read_log(source))
+    text, skipped = read_log(source)
+    findings, result = explain_text(text, skipped)
+    if skipped:
+        first = findings[0]
+        findings[0] = replace(first, evidence=first.evidence + f" (lines {skipped[0] + 1:,}-{skipped[0] + skipped[1]:,}"
+                                                                 f" of this log, its middle, were not read)")
     report = Report("explain", result={"log": source, **result})
     for finding in findings:
         report.add(finding)
