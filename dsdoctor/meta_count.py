@@ -113,7 +113,8 @@ def meta_counts(config: dict, method: str, *, lora_r: int = 8, lora_targets: tup
         from peft import LoraConfig, PrefixTuningConfig, get_peft_model
 
         if method == "lora":
-            peft_config = LoraConfig(task_type="CAUSAL_LM", r=lora_r, target_modules=list(lora_targets) or None)
+            targets = "all-linear" if tuple(lora_targets) == ("all-linear",) else (list(lora_targets) or None)
+            peft_config = LoraConfig(task_type="CAUSAL_LM", r=lora_r, target_modules=targets)
         else:
             peft_config = PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_tokens)
         try:

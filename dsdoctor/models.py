@@ -271,6 +271,16 @@ def _int(config: dict, *keys: str, default: int | None = None, source: str = "")
     raise DsdoctorError(f"{source}: config.json has no {' / '.join(keys)} (needed for the parameter count)")
 
 
+def _bool(config: dict, key: str, default: bool, source: str) -> bool:
+    """A boolean config.json value; a string such as "false" is refused, as transformers refuses it."""
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise DsdoctorError(f"{source}: {key} must be true or false, got {value!r}")
+    return value
+
+
 def arch_from_config(config: dict, name: str, source: str) -> Arch:
     """Normalise a ``config.json`` (a dict) into an :class:`Arch`.
 
@@ -284,8 +294,10 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
     Raises:
         DsdoctorError: an architecture of none of these families, or a missing or non-positive size.
     """
-    if isinstance(config.get("text_config"), dict) and "hidden_size" not in config:
-        config = {**config, **config["text_config"]}
+    if isinstance(config.get("text_config"), dict):  # a multimodal config: its language model is what trains
+        config = {k: v for k, v in {**config, **config["text_config"]}.items()
+                  if k not in ("text_config", "vision_config", "audio_config")}
+        source = f"{source} (its text_config: the language model)"
     model_type = str(config.get("model_type") or "")
     where = source
     tied_default = True  # PretrainedConfig's default
@@ -305,7 +317,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
                    Linear("dense_h_to_4h", h, ffn, True), Linear("dense_4h_to_h", ffn, h, True))
         return common(family="chatglm", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
                       intermediate_size=ffn, vocab_size=vocab,
-                      tied=bool(config.get("tie_word_embeddings", tied_default)),
+                      tied=_bool(config, "tie_word_embeddings", tied_default, where),
                       max_positions=config.get("max_sequence_length"), linears=linears,
                       norm_params_per_layer=4 * h, final_norm_params=2 * h, mlp_gated=False, layer_norm=True)
     if model_type == "chatglm":  # ChatGLM2-6B, ChatGLM3-6B, GLM-4-9B
@@ -317,20 +329,20 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         kv_channels = _int(config, "kv_channels", default=h // heads, source=where)
         projection = kv_channels * heads
         groups = _int(config, "multi_query_group_num", default=heads, source=where) \
-            if config.get("multi_query_attention", False) else heads
+            if _bool(config, "multi_query_attention", False, where) else heads
         kv_dim = groups * kv_channels
-        bias_linear = bool(config.get("add_bias_linear", False))
+        bias_linear = _bool(config, "add_bias_linear", False, where)
         linears = (Linear("query_key_value", h, projection + 2 * kv_dim,
-                          bool(config.get("add_qkv_bias", False)) or bias_linear),
+                          _bool(config, "add_qkv_bias", False, where) or bias_linear),
                    Linear("dense", projection, h, bias_linear),
                    Linear("dense_h_to_4h", h, 2 * ffn, bias_linear), Linear("dense_4h_to_h", ffn, h, bias_linear))
-        layer_norm = not config.get("rmsnorm", True)
+        layer_norm = not _bool(config, "rmsnorm", True, where)
         norm = 2 * h if layer_norm else h
         return common(family="chatglm2", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=kv_dim,
                       intermediate_size=ffn, vocab_size=vocab,
-                      tied=bool(config.get("tie_word_embeddings", False)),
+                      tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=config.get("seq_length"), linears=linears, norm_params_per_layer=2 * norm,
-                      final_norm_params=norm if config.get("post_layer_norm", True) else 0, layer_norm=layer_norm)
+                      final_norm_params=norm if _bool(config, "post_layer_norm", True, where) else 0, layer_norm=layer_norm)
     if model_type == "gptj":
         h = _int(config, "n_embd", "hidden_size", source=where)
         layers = _int(config, "n_layer", "num_hidden_layers", source=where)
@@ -340,7 +352,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         linears = (Linear("q_proj", h, h), Linear("k_proj", h, h), Linear("v_proj", h, h),
                    Linear("out_proj", h, h), Linear("fc_in", h, ffn, True), Linear("fc_out", ffn, h, True))
         return common(family="gptj", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
-                      intermediate_size=ffn, vocab_size=vocab, tied=bool(config.get("tie_word_embeddings", False)),
+                      intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=config.get("n_positions"), linears=linears, norm_params_per_layer=2 * h,
                       final_norm_params=2 * h, lm_head_bias=True, mlp_gated=False, layer_norm=True)
     if model_type == "qwen":  # Qwen v1 (remote code)
@@ -352,7 +364,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         linears = (Linear("c_attn", h, 3 * h, True), Linear("c_proj", h, h), Linear("w1", h, ffn),
                    Linear("w2", h, ffn), Linear("mlp.c_proj", ffn, h))
         return common(family="qwen", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
-                      intermediate_size=ffn, vocab_size=vocab, tied=bool(config.get("tie_word_embeddings", False)),
+                      intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=config.get("seq_length"), linears=linears, norm_params_per_layer=2 * h,
                       final_norm_params=h)
     if model_type in ("llama", "mistral", "qwen2", "baichuan", "internlm2", "yi"):
@@ -366,24 +378,24 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         ffn = _int(config, "intermediate_size", source=where)
         vocab = _int(config, "vocab_size", source=where)
         q, kv = heads * head_dim, kv_heads * head_dim
-        mlp_bias = bool(config.get("mlp_bias", False))
+        mlp_bias = _bool(config, "mlp_bias", False, where)
         if model_type == "baichuan":
             attention = (Linear("W_pack", h, 3 * h), Linear("o_proj", h, h))
             mlp = (Linear("gate_proj", h, ffn), Linear("up_proj", h, ffn), Linear("down_proj", ffn, h))
         elif model_type == "internlm2":
-            bias = bool(config.get("bias", False))
+            bias = _bool(config, "bias", False, where)
             attention = (Linear("wqkv", h, q + 2 * kv, bias), Linear("wo", q, h, bias))
             mlp = (Linear("w1", h, ffn), Linear("w3", h, ffn), Linear("w2", ffn, h))
         else:
-            qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
+            qkv_bias = model_type == "qwen2" or _bool(config, "attention_bias", False, where)
             attention = (Linear("q_proj", h, q, qkv_bias), Linear("k_proj", h, kv, qkv_bias),
                          Linear("v_proj", h, kv, qkv_bias),
-                         Linear("o_proj", q, h, model_type != "qwen2" and bool(config.get("attention_bias", False))))
+                         Linear("o_proj", q, h, model_type != "qwen2" and _bool(config, "attention_bias", False, where)))
             mlp = (Linear("gate_proj", h, ffn, mlp_bias), Linear("up_proj", h, ffn, mlp_bias),
                    Linear("down_proj", ffn, h, mlp_bias))
         max_positions = config.get("max_position_embeddings") or config.get("model_max_length")
         return common(family="llama", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=kv,
-                      intermediate_size=ffn, vocab_size=vocab, tied=bool(config.get("tie_word_embeddings", False)),
+                      intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=max_positions, linears=attention + mlp, norm_params_per_layer=2 * h,
                       final_norm_params=h)
     raise DsdoctorError(f"{where}: model_type {model_type or '(none)'!r} is not an architecture dsdoctor can count "
@@ -527,12 +539,14 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
         names = [lin.name for lin in arch.linears]
         if tuple(targets) == ("all-linear",):  # peft's keyword: every linear layer but the output projection
             targets = tuple(names)
-        unknown = [t for t in targets if arch.linear(t) is None and not any(n.endswith("." + t) for n in names)]
+        unknown = [t for t in targets if arch.linear(t) is None and not any(n.endswith("." + t) for n in names)
+                   and t != "lm_head"]
         if unknown:
             raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a linear layer of {arch.name} "
                                 f"({arch.model_type}); its linears: {', '.join(names)} (or all-linear)")
         wrapped = [lin for lin in arch.linears if lin.name in targets or lin.name.split(".")[-1] in targets]
-        return arch.num_layers * sum(lora_r * (lin.in_features + lin.out_features) for lin in wrapped)
+        head = lora_r * (arch.hidden_size + arch.vocab_size) if "lm_head" in targets else 0  # the output projection
+        return arch.num_layers * sum(lora_r * (lin.in_features + lin.out_features) for lin in wrapped) + head
     if method == "freeze":
         if not 1 <= freeze_last <= arch.num_layers:
             raise DsdoctorError(f"--freeze-last must be between 1 and {arch.num_layers} (the layers of "

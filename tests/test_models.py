@@ -224,3 +224,31 @@ def test_an_unmodeled_key_is_named():
     config = dict(BASE["llama"], model_type="qwen2", attention_bias=True, num_experts=4)
     assert unmodeled_keys(arch_from_config(config, "x", "x")) == ["attention_bias", "num_experts"]
     assert unmodeled_keys(resolve_arch("chatglm2-6b")) is None  # remote code: analytic is the only count
+
+
+def test_lora_on_the_output_projection_and_all_linear_as_peft():
+    from dsdoctor.meta_count import meta_counts
+
+    for tie in (False, True):
+        config = dict(BASE["llama"], tie_word_embeddings=tie)
+        for targets in (("q_proj", "lm_head"), ("all-linear",)):
+            kw = {"lora_r": 4, "lora_targets": targets}
+            assert _analytic(config, "lora", **kw) == meta_counts(config, "lora", **kw), (tie, targets)
+    # all-linear on the meta path too (a config with a key the formulas do not model)
+    config = dict(BASE["llama"], num_experts=2)
+    assert meta_counts(config, "lora", lora_r=4, lora_targets=("all-linear",))[1] == \
+        _analytic(dict(BASE["llama"]), "lora", lora_r=4, lora_targets=("all-linear",))[1]
+
+
+@pytest.mark.parametrize("key", ["tie_word_embeddings", "attention_bias", "mlp_bias"])
+def test_a_boolean_given_as_a_string_is_refused(key):
+    with pytest.raises(DsdoctorError, match=f"{key} must be true or false, got 'false'"):
+        arch_from_config(dict(BASE["llama"], **{key: "false"}), "x", "x/config.json")
+
+
+def test_a_multimodal_config_counts_its_language_model():
+    nested = {"model_type": "llava", "text_config": dict(BASE["llama"]), "vision_config": {"hidden_size": 32},
+              "image_token_index": 32000}
+    arch = arch_from_config(nested, "x", "x/config.json")
+    assert arch.total_params == arch_from_config(dict(BASE["llama"]), "x", "x").total_params
+    assert "text_config" in arch.source and "text_config" not in arch.config
