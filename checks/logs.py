@@ -27,9 +27,9 @@ LOG800 = rule(
     fix="Read the last error-looking lines (in the evidence); `dsdoctor rules` lists what explain recognises.",
     source="dsdoctor explain")
 LOG801 = rule(
-    "LOG801", "error", "NCCL watchdog timeout",
+    "LOG801", "error", "a collective timed out (NCCL watchdog, gloo)",
     what="A collective waited longer than the process group's timeout (NCCL's watchdog, 30 minutes by default; 10 "
-         "in some torch versions) and the watchdog aborted the job.",
+         "in some torch versions; gloo's own timeout on CPU groups) and the job was aborted.",
     why="One rank stopped calling collectives while the others waited in one: it was busy elsewhere (rank 0 "
         "tokenising a large dataset, saving, evaluating), crashed earlier, or the network between the ranks hangs.",
     fix="The ranks that did not time out are the suspects. For long preprocessing: preprocess before launching, or "
@@ -271,6 +271,19 @@ def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
     return evidence, ""
 
 
+def _gloo_timeout(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """gloo's timeout: the ranks whose collective timed out, and the ones that did not (the suspects)."""
+    ranks = sorted({ln.rank for ln in lines if ln.rank is not None and match.signature.needles[0] in ln.text
+                    and match.signature.pattern.search(ln.text)})
+    world = _world_size(lines)
+    missing = sorted(set(range(world)) - set(ranks)) if world and ranks else []
+    evidence = (f"gloo {match.groups.group('op')} timed out after {int(match.groups.group('timeout')) / 1000:g} s on "
+                f"rank(s) {ranks or '?'}")
+    if missing:
+        evidence += f"; rank(s) {missing} did not time out: they were not in the collective (the suspects)"
+    return evidence, ""
+
+
 def _world_size(lines: list[Line]) -> int | None:
     for line in lines[:4000]:
         found = re.search(r"(?<!\w)(?:dist_)?world_size[=:\s]+(\d+)|WORLD_SIZE=(\d+)|world size[=:\s]+(\d+)",
@@ -394,6 +407,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:\[[^\]]*?Rank (?P<rank>\d+)\]\s*)?Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(?P<seq>\d+),"
          r" OpType=(?P<op>\w+)(?:, NumelIn=(?P<numel>\d+))?.*?Timeout\(ms\)=(?P<timeout>\d+)", _watchdog,
          "dsdoctor nccl"),
+    _sig("gloo-timeout", "LOG801", "Timed out waiting",
+         r"gloo.*Timed out waiting (?P<timeout>\d+)ms for (?P<op>\w+) operation", _gloo_timeout, "dsdoctor nccl"),
     _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
          r"failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 98|EADDRINUSE|[Aa]ddress already in use", _first_line,
          "dsdoctor env (or nccl, smoke): MASTER_PORT busy, before any rank starts"),

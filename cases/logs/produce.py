@@ -125,6 +125,18 @@ builder = FusedAdamBuilder()
 builder.jit_mode = True  # building at the first step, as FusedAdam does
 builder.compute_capability_args()
 """, "torchrun"),
+    # rank 0 preprocesses longer than the process group's timeout while rank 1 waits in a collective (report 12's
+    # pitfall; on the CPU the gloo backend's timeout stands in for NCCL's watchdog)
+    "collective-timeout-gloo": ("""
+import datetime, os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=5))
+if dist.get_rank() == 0:
+    for pct in range(0, 100, 20):
+        print(f"Running tokenizer on dataset: {pct}%", flush=True)
+        time.sleep(2)
+dist.all_reduce(torch.ones(4))
+""", "torchrun"),
     # a zero_optimization key DeepSpeed's pydantic model refuses (a misspelled bucket size)
     "ds-config-invalid": (MODEL + """
 config = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
