@@ -649,9 +649,10 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
 
 def pitfall_findings(text: str, already: set[str] = frozenset()) -> list[Finding]:
     """The named pitfall of a failed run's output (``smoke`` on its own runs): :func:`explain`'s first finding, as
-    an error, unless nothing was recognised or its rule is among ``already`` reported."""
+    an error, unless nothing was recognised (LOG800), it is an unnamed Python error (LOG805: smoke's TRN607 already
+    gives it), or its rule is among ``already`` reported."""
     findings, _ = explain(text)
     first = findings[0]
-    if first.id == LOG800.id or first.id in already:
+    if first.id in (LOG800.id, LOG805.id) or first.id in already:  # nothing named: smoke's own TRN607 says it
         return []
     return [first]
