@@ -65,7 +65,7 @@ LOG804 = rule(
 ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|timed? ?out", re.I)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 #: rank prefixes: torchrun --tee / accelerate ("[rank3]:", "[default3]:"), srun --label ("3: "), pdsh ("host: ")
-PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d+)\]:\s?|(?P<r2>\d{1,4}):\s|(?P<host>[A-Za-z][\w.-]{0,62}):\s(?=\S))")
+PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d+)\]:\s?|(?P<r2>\d{1,4}):\s|(?P<host>[A-Za-z][\w.-]{0,62}):\s)")
 
 
 @dataclass
@@ -114,6 +114,7 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None) -> list[Line]:
     middle of a huge log), and the numbers after it count them."""
     lines = []
     after, count = skipped or (0, 0)
+    hosts: set[str] = set()  # pdsh host prefixes seen on lines that proved them (a timestamp after them)
     for number, raw in enumerate(text.split("\n"), 1):
         if "\r" in raw:
             raw = raw.rstrip("\r")
@@ -123,7 +124,10 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None) -> list[Line]:
         rank = None
         for _ in range(2):
             found = PREFIX.match(raw)
-            if not (found and (found.group("r1") or found.group("r2") or _host_prefix(found, raw))):
+            host = found.group("host") if found else None
+            if host and (host in hosts or _host_prefix(found, raw)):
+                hosts.add(host)
+            elif not (found and (found.group("r1") or found.group("r2"))):
                 break
             if found.group("r1") or found.group("r2"):
                 rank = int(found.group("r1") or found.group("r2"))
@@ -395,6 +399,24 @@ def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
                         "names (its requirements.txt).")
 
 
+LOG806 = rule(
+    "LOG806", "error", "a rank failed, and its error is not in this log",
+    what="The launcher reports a rank that exited with an error code, and the log holds no error of that rank.",
+    why="The rank's own output went elsewhere (DeepSpeed's launcher with each rank's log in a file; torchrun without "
+        "--tee, or a traceback torchrun could not record).",
+    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log`; "
+        "`torchrun --tee 3 ...`; or decorate main with torch.distributed.elastic.multiprocessing.errors.record so the "
+        "traceback lands in torchrun's summary.",
+    source="deepspeed/launcher/launch.py (sigkill_handler); torch/distributed/elastic/multiprocessing/errors")
+
+
+def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups.groupdict()
+    rank = g.get("rank") or g.get("rank2")
+    code = g.get("code") or g.get("code2")
+    return f"rank {rank} exited with code {code}; no error of that rank is in this log", ""
+
+
 # --- the catalogue of signatures ------------------------------------------------------------------------------------
 
 def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False) -> Signature:
@@ -410,13 +432,15 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("gloo-timeout", "LOG801", "Timed out waiting",
          r"gloo.*Timed out waiting (?P<timeout>\d+)ms for (?P<op>\w+) operation", _gloo_timeout, "dsdoctor nccl"),
     _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
-         r"failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 98|EADDRINUSE|[Aa]ddress already in use", _first_line,
+         r"(?:Error|error|failed to listen)\b.*(?:errno: 98|EADDRINUSE|[Aa]ddress already in use)", _first_line,
          "dsdoctor env (or nccl, smoke): MASTER_PORT busy, before any rank starts"),
     _sig("port-privileged", "NET406", ("Permission denied", "EACCES"),
-         r"failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 13|port: (?P<port2>\d+),.*name: EACCES",
+         r"(?:Error|error|failed to listen)\b.*(?:failed to bind to \[?[^\]]*\]?:(?P<port>\d+) \(errno: 13|"
+         r"port: (?P<port2>\d+),.*name: EACCES)",
          _first_line, "dsdoctor env"),
-    _sig("name-unresolved", "NET405", "Name or service not known",
-         r"Name or service not known|Temporary failure in name resolution", _first_line, "dsdoctor env"),
+    _sig("name-unresolved", "NET405", ("Name or service not known", "failure in name resolution"),
+         r"(?:DistNetworkError|gaierror|c10d|TCPStore|rendezvous|MASTER_ADDR|init_process_group).*"
+         r"(?:Name or service not known|failure in name resolution)", _first_line, "dsdoctor env"),
     # the store's "[W socket.cpp] ... failed to connect" retries are normal while the master starts: only the error
     # that ends them is a failure
     _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients"),
@@ -488,16 +512,20 @@ SIGNATURES: tuple[Signature, ...] = (
          r"ZeRO3 is incompatible with LoRA", _first_line),
     _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
          r"contains custom code which must be executed|Do you wish to run the custom code|"
-         r"requires you to execute .*custom code|trust_remote_code=True", _first_line,
+         r"requires you to execute .*custom code|(?:pass the argument|set the option) `trust_remote_code=True`",
+         _first_line,
          "dsdoctor check --model PATH (reads config.json only)"),
     _sig("import-error", "ENV310", ("ImportError", "ModuleNotFoundError", "deepspeed_init()", "AttributeError"),
-         r"(?:ImportError: cannot import name .+ from|ModuleNotFoundError: No module named|"
+         r"^\s*(?:[\w.]+\.)?(?:ImportError: cannot import name .+ from|ModuleNotFoundError: No module named|"
          r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|AttributeError: module '\w+' has no "
          r"attribute)", _import, "dsdoctor env"),
     _sig("no-optimizer", "DS120", "requires an optimizer",
          r"zero stage \d requires an optimizer", _first_line, "dsdoctor check --launch engine"),
     _sig("ds-config-invalid", "DS199", "validation error for DeepSpeed",
          r"\d+ validation errors? for DeepSpeed\w*Config", _validation, "dsdoctor check"),
+    _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode"),
+         r"--local_rank=(?P<rank2>\d+)'?\] exits with return code = (?P<code2>[1-9]\d*)|"
+         r"failed \(exitcode: (?P<code>[1-9]\d*)\) local_rank: (?P<rank>\d+)", _rank_exit, consequence=True),
     _sig("nccl-error", "NET408", "NCCL error",
          r"NCCL error in: .*(?:unhandled system error|unhandled cuda error|internal error|remote process exited)",
          _first_line, "dsdoctor nccl", consequence=True),
@@ -513,8 +541,12 @@ NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURE
 CASCADE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|SIGTERM|Signal 15|"
                      r"ChildFailedError|exits with return code = -15|Killing subprocess|remote worker crash|"
                      r"communicator was aborted|KeyboardInterrupt|NCCL communicator|DistBackendError", re.I)
+#: torch's c10d warnings ("[W socket.cpp:464] ...", "[W601 10:00:00.000 socket.cpp:697] ..."): the store's retries
+#: while the master starts, an IPv6 bind that falls back to IPv4; never the failure itself.
+C10D_WARNING = re.compile(r"\[W[\d :.]*\w+\.cpp:\d+\]")
 #: The last line of a Python traceback: an exception's (dotted) name and its message.
-PYTHON_ERROR = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(?P<exc>[A-Z]\w*(?:Error|Exception))(?::\s*(?P<message>.*))?$")
+PYTHON_ERROR = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(?P<exc>(?:[A-Z]\w*)?(?:Error|Exception)|StopIteration|SystemExit)"
+                          r"(?::\s*(?P<message>.*))?$")
 LOG805 = rule(
     "LOG805", "error", "a Python error dsdoctor has no rule for",
     what="The first failure in the log is a Python exception that none of explain's signatures names.",
@@ -546,20 +578,24 @@ def scan(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Match]
     seen: set[tuple[str, int | None]] = set()
     in_traceback: dict[int | None, bool] = {}  # per rank: a "Traceback" line came, its exception line not yet
     after_file_line: dict[int | None, bool] = {}  # per rank: the previous line was a traceback's "File ..." line
+    ignored_next: dict[int | None, bool] = {}  # per rank: "Exception ignored in ...": the next traceback is harmless
     for index, line in enumerate(lines):
         text_line = line.text
         stripped = text_line.lstrip()
         quoted = (after_file_line.get(line.rank, False) and text_line[:1].isspace()) or \
             stripped.startswith(("raise ", "File \""))
         after_file_line[line.rank] = stripped.startswith("File \"")
-        if stripped.startswith("Traceback (most recent call last)"):
-            in_traceback[line.rank] = True
+        if stripped.startswith("Exception ignored in"):  # at interpreter exit (a __del__): the run's outcome stands
+            ignored_next[line.rank] = True
+            continue
+        if "Traceback (most recent call last)" in text_line:  # also glued to a progress bar's last state
+            in_traceback[line.rank] = not ignored_next.pop(line.rank, False)
             continue
         if len(text_line) < 6 or quoted:
             continue  # a traceback's source lines quote code (and errors); the exception line itself follows
-        needle = NEEDLES.search(text_line)
-        exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line) and \
-            PYTHON_ERROR.match(stripped)
+        needle = NEEDLES.search(text_line) if not C10D_WARNING.match(text_line) else None
+        exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line or
+                                                     "StopIteration" in text_line) and PYTHON_ERROR.match(stripped)
         if exception:
             in_traceback[line.rank] = False
         if not needle and not exception:
@@ -583,24 +619,69 @@ def scan(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Match]
     return matches, lines
 
 
-#: A Python error followed this closely (lines, same rank) by a known failure is that failure's traceback: its
-#: message continued (state_dict's size mismatches) or a chained exception (ninja's error, then "Error building
-#: extension").
-EXPLAINED_WITHIN = 40
+#: A traceback's own lines after its exception line: its message continued (tab-indented, as state_dict's size
+#: mismatches), a chained exception, and the next traceback's frames.
+CONTINUES = re.compile(r"^(?:\s|$)|^The above exception was the direct cause|^During handling of the above exception|"
+                       r"^Traceback \(most recent call last\)|^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception)\b")
+#: Lines that show a rank still training after an error (a handled exception): progress bars, step logs, losses.
+PROGRESS = re.compile(r"\d+%\||'loss': \d|\bstep[= ]\d+|\d+(?:\.\d+)?(?:it/s|s/it)\]")
 
 
-def first_failure(matches: list[Match]) -> Match | None:
-    """The earliest match that is not a consequence of another failure (a generic Python error counts only when no
-    known failure of its rank follows within :data:`EXPLAINED_WITHIN` lines), else the earliest match."""
-    primary = [m for m in matches if not m.signature.consequence and not explained(m, matches)]
-    return (primary or matches or [None])[0]
+def _block_end(match: Match, lines: list[Line]) -> int:
+    """The index of the last line of ``match``'s exception block (its own rank's lines; any line without ranks)."""
+    end = match.line_index
+    for index in range(match.line_index + 1, min(len(lines), match.line_index + 400)):
+        line = lines[index]
+        if match.line.rank is not None and line.rank not in (match.line.rank, None):
+            continue
+        if not CONTINUES.match(line.text) or PROGRESS.search(line.text):
+            break
+        end = index
+    return end
 
 
-def explained(match: Match, matches: list[Match]) -> bool:
-    """Whether ``match`` is a generic Python error that a known failure of its rank follows closely."""
-    return match.signature is PYTHON_ERROR_SIGNATURE and any(
-        k.signature is not PYTHON_ERROR_SIGNATURE and k.line.rank == match.line.rank
-        and 0 < k.line_index - match.line_index <= EXPLAINED_WITHIN for k in matches)
+def explained(match: Match, matches: list[Match], lines: list[Line]) -> bool:
+    """Whether ``match`` is a generic Python error whose own block (the message continued, a chained exception)
+    holds a known failure of its rank: that failure says it better."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE:
+        return False
+    end = _block_end(match, lines)
+    return any(k.signature is not PYTHON_ERROR_SIGNATURE and k.line.rank == match.line.rank
+               and match.line_index < k.line_index <= end for k in matches)
+
+
+def survived(match: Match, lines: list[Line]) -> bool:
+    """Whether the rank of a generic Python error went on training after it (a handled exception, logged by a data
+    loader that skips the sample): two progress lines of its rank after its block."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE:
+        return False
+    count = 0
+    for line in lines[_block_end(match, lines) + 1:]:
+        if (match.line.rank is None or line.rank in (match.line.rank, None)) and PROGRESS.search(line.text):
+            count += 1
+            if count >= 2:
+                return True
+    return False
+
+
+def first_failure(matches: list[Match], lines: list[Line]) -> Match | None:
+    """The earliest match that is not a consequence of another failure, nor a generic Python error that a known
+    failure explains or that its rank survived; else the earliest match that is not a survived error."""
+    live = [m for m in matches if not survived(m, lines)]
+    primary = [m for m in live if not m.signature.consequence and not explained(m, matches, lines)]
+    return (primary or live or [None])[0]
+
+
+#: A run that ended well says so in its last lines: DeepSpeed's launcher per rank, the Trainer's summary.
+FINISHED = re.compile(r"exits successfully|'train_runtime':|\bTraining completed\b")
+
+
+def finished(lines: list[Line], matches: list[Match]) -> bool:
+    """Whether the run ended well: a success line among the last 30, and no rank failing after it."""
+    tail = [i for i in range(max(0, len(lines) - 30), len(lines)) if FINISHED.search(lines[i].text)]
+    if not tail:
+        return False
+    return not any(m.signature.name in ("rank-exit", "host-oom-kill") and m.line_index > tail[0] for m in matches)
 
 
 def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Finding], dict]:
@@ -613,7 +694,7 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
     result = {"lines": len(lines) + (skipped[1] if skipped else 0),
               "ranks": sorted({ln.rank for ln in lines if ln.rank is not None}),
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
-    first = first_failure(matches)
+    first = first_failure(matches, lines)
     if first is None:
         tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)][-5:]
         shown = " | ".join(f"line {ln.number}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
@@ -621,7 +702,8 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
         return [LOG800.finding(f"no known failure found in {len(lines):,} lines; last error-looking lines: {shown}")], \
             result
     findings = []
-    ordered = [first] + [m for m in matches if m is not first and not explained(m, matches)]
+    ordered = [first] + [m for m in matches if m is not first and not explained(m, matches, lines)
+                         and not survived(m, lines)]
     reported: set[str] = set()
     for match in ordered:
         evidence, fix = match.signature.describe(match, lines)
@@ -640,6 +722,9 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
         if len(findings) >= 6:
             break
     findings[0] = replace(findings[0], severity="error")  # what ended the run, whatever the rule's preflight severity
+    if finished(lines, matches):  # what was found did not stop the run: a warning sign, not its failure
+        findings[0] = replace(findings[0], severity="warning", title=f"the run finished, but: {findings[0].title}")
+        result["finished"] = True
     result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,
                                "line": first.line.number, "rank": first.line.rank}
     result["matches"] = [{"rule": m.signature.rule_id, "signature": m.signature.name, "line": m.line.number,

@@ -156,6 +156,20 @@ NEUTRAL_KEYS = frozenset({
     "max_window_layers", "layer_types", "rotary_dim"})
 
 
+#: The sizes a config class fills when config.json omits them (transformers 5.24's LlamaConfig, MistralConfig,
+#: Qwen2Config, GPTJConfig defaults; tests/test_models.py compares them with the installed transformers), used for a
+#: multimodal config's text_config, which may rely on them (LLaVA-1.5's does). A top-level config.json that lacks a
+#: size is an error instead: its estimate would silently be that of a 7B default.
+CONFIG_DEFAULTS = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32},
+    "gptj": {"vocab_size": 50400, "n_embd": 4096, "n_layer": 28, "n_head": 16},
+}
+
 #: ``num_key_value_heads`` of a config class when config.json omits it (None and "the attention heads" elsewhere).
 KV_HEADS_DEFAULT = {"mistral": 8, "qwen2": 32}
 
@@ -295,9 +309,15 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         DsdoctorError: an architecture of none of these families, or a missing or non-positive size.
     """
     if isinstance(config.get("text_config"), dict):  # a multimodal config: its language model is what trains
-        config = {k: v for k, v in {**config, **config["text_config"]}.items()
+        text = config["text_config"]
+        # a text_config may leave sizes to its config class (LLaVA-1.5's does); a top-level config.json may not
+        defaults = CONFIG_DEFAULTS.get(str(text.get("model_type") or config.get("model_type") or ""), {})
+        filled = sorted(k for k in defaults if text.get(k) is None)
+        text = {**defaults, **{k: v for k, v in text.items() if v is not None}}
+        config = {k: v for k, v in {**config, **text}.items()
                   if k not in ("text_config", "vision_config", "audio_config")}
-        source = f"{source} (its text_config: the language model)"
+        source = f"{source} (its text_config: the language model" + \
+            (f"; {', '.join(filled)} from transformers' defaults)" if filled else ")")
     model_type = str(config.get("model_type") or "")
     where = source
     tied_default = True  # PretrainedConfig's default

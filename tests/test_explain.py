@@ -260,3 +260,98 @@ def test_utf16_and_leading_nul_logs_are_read(tmp_path, encode):
                            "device\n"))
     code, report, _ = run(str(log))
     assert code == 1 and report["findings"][0]["id"] == "ENV308"
+
+
+# --- from a second trial ----------------------------------------------------------------------------------------------
+
+def ids(text):
+    findings, _ = explain(text)
+    return [f.id for f in findings]
+
+
+TB = "Traceback (most recent call last):\n  File \"/work/data.py\", line 44, in __getitem__\n    return ex[k]\n"
+WATCH = ("[E ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+         "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800042 milliseconds before timing out.\n")
+
+
+def test_without_rank_prefixes_an_unknown_error_is_not_hidden_by_what_follows():
+    assert ids(TB + "KeyError: 'labels'\n" + WATCH.format(r=0) + WATCH.format(r=1)) == ["LOG805", "LOG801"]
+
+
+def test_a_traceback_glued_to_a_progress_bar():
+    assert ids(" 50%|#####| 500/1000 [10:00<10:00, 1.20s/it]" + TB + "ValueError: bad length\n")[0] == "LOG805"
+
+
+def test_a_handled_exception_is_not_the_failure():
+    handled = TB + "PIL.UnidentifiedImageError: cannot identify image file\n" + "".join(
+        f" {p}%|##| {p}/100 [00:10<00:10, 1.00it/s]\n" for p in (10, 20, 30))
+    assert ids(handled + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n") == ["MEM501"]
+    assert ids(handled + "{'train_runtime': 10.0, 'train_loss': 1.0}\n") == ["LOG800"]
+
+
+def test_an_exception_ignored_at_exit_is_not_a_failure():
+    log = ("{'train_runtime': 10.0}\nException ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\n"
+           + TB + "AttributeError: 'NoneType' object has no attribute 'python_exit_status'\n")
+    assert ids(log) == ["LOG800"]
+
+
+def test_torchrun_s_summary_alone():
+    summary = ("E0601 10:40:02 api.py:833] failed (exitcode: 1) local_rank: 0 (pid: 2201) of binary: /usr/bin/python3\n"
+               "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n"
+               "  exitcode  : 1 (pid: 2201)\n")
+    findings, _ = explain(summary + "  traceback : To enable traceback see: https://pytorch.org/docs\n")
+    assert findings[0].id == "LOG806" and findings[0].evidence.startswith("line 1: rank 0 exited with code 1")
+    with_traceback = summary + ("  traceback : Traceback (most recent call last):\n"
+                                "    File \"/work/data.py\", line 44, in __getitem__\n      x = ex['conversations']\n"
+                                "  KeyError: 'conversations'\n")
+    assert ids(with_traceback)[0] == "LOG805"
+
+
+@pytest.mark.parametrize("line", ["Exception: bad sample at 10231", "StopIteration", "AssertionError"])
+def test_exceptions_without_a_prefix(line):
+    assert ids("[rank1]: " + TB.replace("\n", "\n[rank1]: ").rstrip("[rank1]: ") + f"[rank1]: {line}\n"
+               + "[rank0]:" + WATCH.format(r=0))[0] == "LOG805"
+
+
+@pytest.mark.parametrize("line", [
+    "Namespace(model='x', trust_remote_code=True, lr=1e-05)",
+    "/usr/lib/python3/wandb.py:10: UserWarning: logging disabled (ModuleNotFoundError: No module named 'wandb')",
+    "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+    "[W601 10:00:00.000 socket.cpp:697] [c10d] The client socket has failed to connect to [node0]:29500 (errno: 111 - "
+    "Connection refused).",
+    "'(MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded (Caused by "
+    "NameResolutionError(: Failed to resolve 'huggingface.co' ([Errno -3] Temporary failure in name resolution)\"))' "
+    "thrown while requesting HEAD https://huggingface.co/x/resolve/main/config.json",
+])
+def test_lines_of_good_runs_are_not_failures(line):
+    assert ids(line + "\n{'train_runtime': 10.0}\n[INFO] [launch.py:351:main] Process 1 exits successfully.\n") == \
+        ["LOG800"]
+
+
+def test_pdsh_source_lines_are_quoted_code():
+    log = ("node1: [2024-06-01 10:00:00,000] [INFO] starting\nnode1: Traceback (most recent call last):\n"
+           "node1:   File \"/work/guard.py\", line 44, in check\n"
+           "node1:     raise SystemExit(\"CUDA error: out of memory\")\nnode1: KeyError: 'conversations'\n")
+    assert ids(log) == ["LOG805"]
+
+
+def test_utf16_without_a_byte_order_mark(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_bytes(("noise line\n" * 10 + "RuntimeError: CUDA error: no kernel image is available for execution on "
+                     "the device\n").encode("utf-16-le"))
+    code, report, _ = run(str(log))
+    assert code == 1 and report["findings"][0]["id"] == "ENV308"
+
+
+def test_a_run_that_finished_gets_a_warning_not_a_failure():
+    log = ("WARNING - accelerate.utils.memory - torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. "
+           "Reducing batch size from 32 to 16 and retrying.\n{'loss': 1.7, 'epoch': 1.0}\n"
+           "{'train_runtime': 612.1, 'train_loss': 1.8, 'epoch': 1.0}\n"
+           "[INFO] [launch.py:351:main] Process 2201 exits successfully.\n")
+    code, report, _ = run("-", input=log)
+    first = report["findings"][0]
+    assert code == 0 and (first["id"], first["severity"]) == ("MEM501", "warning")
+    assert first["title"].startswith("the run finished, but:") and report["result"]["finished"] is True
+    failed_after = log + "[ERROR] ['python', '-u', 't.py', '--local_rank=1'] exits with return code = 1\n"
+    code, report, _ = run("-", input=failed_after)
+    assert code == 1 and report["findings"][0]["severity"] == "error"

@@ -252,3 +252,24 @@ def test_a_multimodal_config_counts_its_language_model():
     arch = arch_from_config(nested, "x", "x/config.json")
     assert arch.total_params == arch_from_config(dict(BASE["llama"]), "x", "x").total_params
     assert "text_config" in arch.source and "text_config" not in arch.config
+
+
+@pytest.mark.parametrize("model_type", sorted(SHAPE_KEYS))
+def test_config_defaults_are_transformers(model_type):
+    from transformers import AutoConfig
+
+    from dsdoctor.models import CONFIG_DEFAULTS
+
+    filled = AutoConfig.for_model(model_type).to_dict()
+    assert {k: filled[k] for k in CONFIG_DEFAULTS[model_type]} == CONFIG_DEFAULTS[model_type]
+
+
+def test_a_text_config_that_relies_on_defaults():
+    """LLaVA-1.5's config.json: the text_config names the model type and a vocabulary, transformers fills the rest."""
+    from dsdoctor.meta_count import meta_counts
+
+    llava = {"model_type": "llava", "text_config": {"model_type": "llama", "vocab_size": 32064,
+                                                    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5},
+             "vision_config": {"hidden_size": 1024}}
+    arch = arch_from_config(llava, "llava", "llava/config.json")
+    assert arch.total_params == meta_counts({"model_type": "llama", "vocab_size": 32064}, "full")[0]

@@ -50,6 +50,8 @@ def read_log(source: str) -> tuple[str, tuple[int, int] | None]:
         name = source
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         data = data.decode("utf-16", errors="replace").encode("utf-8")
+    elif len(data) >= 64 and data[1:4096:2].count(0) > 0.9 * len(data[1:4096:2]) and not data[0:4096:2].count(0):
+        data = data.decode("utf-16-le", errors="replace").encode("utf-8")  # UTF-16 without a byte-order mark
     data = data.lstrip(b"\x00")
     if not data.strip():
         raise DsdoctorError(f"{name} is empty: nothing to explain")
