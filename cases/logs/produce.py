@@ -137,6 +137,12 @@ if dist.get_rank() == 0:
         time.sleep(2)
 dist.all_reduce(torch.ones(4))
 """, "torchrun"),
+    # the second node of two, whose MASTER_ADDR has no route from it (a network namespace with only loopback: run
+    # as root; the store client retries until torchrun's rendezvous timeout, 10 s here)
+    "rendezvous-unreachable": ("""
+import torch.distributed as dist
+dist.init_process_group("gloo")
+""", "torchrun-node1-unreachable"),
     # a zero_optimization key DeepSpeed's pydantic model refuses (a misspelled bucket size)
     "ds-config-invalid": (MODEL + """
 config = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
@@ -185,13 +191,19 @@ def produce(name: str) -> None:
             holder.close()
         if launcher == "python":
             cmd = [sys.executable, str(script)]
+        elif launcher == "torchrun-node1-unreachable":
+            cmd = ["unshare", "-n", "bash", "-c", f"ip link set lo up; exec {sys.executable} -m torch.distributed.run "
+                   f"--nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 10.77.0.9 --master-port {port} "
+                   f"--rdzv-conf timeout=10 {script}"]
         else:
             cmd = launcher_command(launcher, 2, port, script, [])
         env = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                "TORCH_EXTENSIONS_DIR": str(Path(work) / "ext")}
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
         shown = " ".join(["deepspeed --num_gpus 2" if launcher == "deepspeed" else
-                          "torchrun --nproc_per_node 2" if launcher == "torchrun" else "python", "train.py"])
+                          "torchrun --nproc_per_node 2" if launcher == "torchrun" else
+                          "torchrun --nnodes 2 --node_rank 1 --nproc_per_node 1 --master_addr 10.0.0.1 "
+                          "--master_port 29500" if launcher.startswith("torchrun-") else "python", "train.py"])
         holder.close()
         log = f"$ {shown}\n" + sanitize(proc.stdout + proc.stderr, work).replace(str(port), "29500")
     folder = HERE / name
