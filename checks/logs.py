@@ -102,6 +102,7 @@ class Signature:
     describe: Callable[["Match", list[Line]], tuple[str, str]]
     caught_by: str = ""
     consequence: bool = False
+    spoils: bool = False  # the run's result is unusable even when the run finishes (NaN loss, empty weights)
 
     def needles_present(self, text: str) -> bool:
         return any(needle in text for needle in self.needles)
@@ -419,9 +420,10 @@ def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 # --- the catalogue of signatures ------------------------------------------------------------------------------------
 
-def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False) -> Signature:
+def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False,
+         spoils=False) -> Signature:
     needles = (needles,) if isinstance(needles, str) else tuple(needles)
-    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence)
+    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence, spoils)
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -498,14 +500,14 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Current loss scale already at minimum|Attempted loss scale: 1(?:\.0)?, reducing to 1\b", _first_line,
          "dsdoctor check --model MODEL"),
     _sig("nan-loss", "TRN602", ("nan", "NaN"),
-         r"['\"]loss['\"]: nan|\bloss[=:]\s*nan\b|Loss is NaN|loss is nan", _first_line,
-         "dsdoctor smoke --steps 100"),
+         r"['\"]loss['\"]: '?nan|\bloss[=:]\s*nan\b|Loss is NaN|loss is nan|['\"]grad_norm['\"]: '?nan",
+         _first_line, "dsdoctor smoke --steps 100", spoils=True),
     _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
          r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for .*torch\.Size\(\[0\]\)", _first_line,
-         "dsdoctor check (stage3_gather_16bit_weights_on_model_save)"),
+         "dsdoctor check (stage3_gather_16bit_weights_on_model_save)", spoils=True),
     _sig("adapter-keys-missing", "DS142", "missing adapter keys",
          r"Found missing adapter keys while loading the checkpoint", _first_line,
-         "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)"),
+         "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)", spoils=True),
     _sig("lora-targets", "LOG803", "not found in the base model",
          r"Target modules? .* not found in the base model", _targets, "dsdoctor estimate --method lora"),
     _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
@@ -722,7 +724,7 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
         if len(findings) >= 6:
             break
     findings[0] = replace(findings[0], severity="error")  # what ended the run, whatever the rule's preflight severity
-    if finished(lines, matches):  # what was found did not stop the run: a warning sign, not its failure
+    if finished(lines, matches) and not first.signature.spoils:  # it did not stop the run: a warning sign
         findings[0] = replace(findings[0], severity="warning", title=f"the run finished, but: {findings[0].title}")
         result["finished"] = True
     result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,

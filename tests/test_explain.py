@@ -355,3 +355,10 @@ def test_a_run_that_finished_gets_a_warning_not_a_failure():
     failed_after = log + "[ERROR] ['python', '-u', 't.py', '--local_rank=1'] exits with return code = 1\n"
     code, report, _ = run("-", input=failed_after)
     assert code == 1 and report["findings"][0]["severity"] == "error"
+
+
+def test_a_nan_loss_spoils_a_run_that_finished():
+    log = ("{'loss': '4.325', 'grad_norm': '2.352', 'epoch': '0.06'}\n{'loss': '0', 'grad_norm': 'nan', 'epoch': '0.12'}\n"
+           "{'train_runtime': '0.07', 'train_loss': '0.54', 'epoch': '0.5'}\n")
+    code, report, _ = run("-", input=log)
+    assert code == 1 and (report["findings"][0]["id"], report["findings"][0]["severity"]) == ("TRN602", "error")

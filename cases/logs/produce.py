@@ -143,6 +143,20 @@ dist.all_reduce(torch.ones(4))
 import torch.distributed as dist
 dist.init_process_group("gloo")
 """, "torchrun-node1-unreachable"),
+    # the HF Trainer at a learning rate that blows the weights up: the loss turns NaN after the first step
+    # (transformers 5 logs it as '0' with grad_norm 'nan'), and the run "finishes"
+    "nan-loss-hf-trainer": ("""
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+torch.manual_seed(0)
+config = AutoConfig.for_model("gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=100)
+model = AutoModelForCausalLM.from_config(config)
+data = [{"input_ids": torch.randint(0, 100, (16,)), "labels": torch.randint(0, 100, (16,))} for _ in range(64)]
+args = TrainingArguments(output_dir="out", learning_rate=1e6, max_steps=8, logging_steps=1, use_cpu=True,
+                         per_device_train_batch_size=4, report_to=[], save_strategy="no", max_grad_norm=0.0,
+                         disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=data).train()
+""", "python"),
     # a zero_optimization key DeepSpeed's pydantic model refuses (a misspelled bucket size)
     "ds-config-invalid": (MODEL + """
 config = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
