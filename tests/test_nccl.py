@@ -147,12 +147,16 @@ def test_ctrl_c_stops_every_rank_and_frees_the_port():
     time.sleep(1)
     children = psutil.Process(proc.pid).children(recursive=True)  # torchrun and its two ranks
     assert sum("nccl_worker.py" in " ".join(c.cmdline()) for c in children) == 3  # torchrun names it too
+    worker = next(c.cmdline() for c in children if "nccl_worker.py" in " ".join(c.cmdline()))
+    records = worker[worker.index("--out") + 1]
+    assert os.path.isdir(records)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-1500:]
     _, alive = psutil.wait_procs(children, timeout=5)
     assert alive == []
     assert not port_in_use(port)
+    assert not os.path.exists(records)  # no report names it after an interrupt
 
 
 def test_ranks_that_print_a_lot_do_not_look_hung():

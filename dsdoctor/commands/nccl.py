@@ -123,6 +123,8 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
                 time.sleep(0.2)
     except KeyboardInterrupt:
         terminate_tree(proc, grace_s=2)
+        launcher_log.close()
+        shutil.rmtree(out, ignore_errors=True)  # no report names it after an interrupt
         raise
     finally:
         if proc.poll() is None:
