@@ -14,7 +14,7 @@ the cause only when nothing else was found.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from dsdoctor.report import Finding
@@ -60,6 +60,24 @@ LOG804 = rule(
     why="The script's own guard, before any training.",
     fix="Use a ZeRO-2 config for LoRA on a base model, or fine-tune the chat model (no modules_to_save).",
     source="https://github.com/QwenLM/Qwen/issues/1161 (finetune.py)")
+
+LOG805 = rule(
+    "LOG805", "error", "a Python error dsdoctor has no rule for",
+    what="The first failure in the log is a Python exception that none of explain's signatures names.",
+    why="The lines after it (other ranks' connection errors, watchdog timeouts, the launcher's exit codes) follow "
+        "from it: they are not the cause.",
+    fix="Read the traceback that ends at the line in the evidence, on that rank: its last frames name the code that "
+        "raised it (the data pipeline, the model's code, the training script).",
+    source="dsdoctor explain (the last line of a traceback)")
+LOG806 = rule(
+    "LOG806", "error", "a rank failed, and its error is not in this log",
+    what="The launcher reports a rank that exited with an error code, and the log holds no error of that rank.",
+    why="The rank's own output went elsewhere (DeepSpeed's launcher with each rank's log in a file; torchrun without "
+        "--tee, or a traceback torchrun could not record).",
+    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log`; "
+        "`torchrun --tee 3 ...`; or decorate main with torch.distributed.elastic.multiprocessing.errors.record so the "
+        "traceback lands in torchrun's summary.",
+    source="deepspeed/launcher/launch.py (sigkill_handler); torch/distributed/elastic/multiprocessing/errors")
 
 #: Lines that look like errors, for LOG800's evidence.
 ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|timed? ?out", re.I)
@@ -202,7 +220,7 @@ def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
     if reserved:
         parts.append(f"reserved {'but unallocated' if reserved.group(1) else 'in total'} "
                      f"{reserved.group(1) or reserved.group(2)}")
-    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    where = _where(match)
     settings = _ds_settings(lines)
     args = ["dsdoctor estimate --model MODEL"]
     if "zero" in settings:
@@ -266,27 +284,24 @@ def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
                 timed_out.setdefault(rank, found)
     ranks = sorted(r for r in timed_out if r is not None)
     first = timed_out[ranks[0]] if ranks else match.groups
-    world = _world_size(lines)
-    missing = sorted(set(range(world)) - set(ranks)) if world and ranks else []
     op = first.group("op") or "?"
-    evidence = (f"{op} (SeqNum={first.group('seq') or '?'}, NumelIn={first.group('numel') or '?'}) timed out after "
-                f"{int(first.group('timeout')) / 60000:g} min on rank(s) {ranks or '?'}")
-    if missing:
-        evidence += f"; rank(s) {missing} did not time out: they were not in the collective (the suspects)"
-    return evidence, ""
+    return (f"{op} (SeqNum={first.group('seq') or '?'}, NumelIn={first.group('numel') or '?'}) timed out after "
+            f"{int(first.group('timeout')) / 60000:g} min on rank(s) {ranks or '?'}" + _suspects(ranks, lines), "")
 
 
 def _gloo_timeout(match: Match, lines: list[Line]) -> tuple[str, str]:
     """gloo's timeout: the ranks whose collective timed out, and the ones that did not (the suspects)."""
     ranks = sorted({ln.rank for ln in lines if ln.rank is not None and match.signature.needles[0] in ln.text
                     and match.signature.pattern.search(ln.text)})
+    return (f"gloo {match.groups.group('op')} timed out after {int(match.groups.group('timeout')) / 1000:g} s on "
+            f"rank(s) {ranks or '?'}" + _suspects(ranks, lines), "")
+
+
+def _suspects(timed_out: list[int], lines: list[Line]) -> str:
+    """'; rank(s) [..] did not time out ...' for the ranks of the world size that are not among ``timed_out``."""
     world = _world_size(lines)
-    missing = sorted(set(range(world)) - set(ranks)) if world and ranks else []
-    evidence = (f"gloo {match.groups.group('op')} timed out after {int(match.groups.group('timeout')) / 1000:g} s on "
-                f"rank(s) {ranks or '?'}")
-    if missing:
-        evidence += f"; rank(s) {missing} did not time out: they were not in the collective (the suspects)"
-    return evidence, ""
+    missing = sorted(set(range(world)) - set(timed_out)) if world and timed_out else []
+    return f"; rank(s) {missing} did not time out: they were not in the collective (the suspects)" if missing else ""
 
 
 def _world_size(lines: list[Line]) -> int | None:
@@ -312,8 +327,10 @@ def _nccl_connect(match: Match, lines: list[Line]) -> tuple[str, str]:
     if using:
         evidence += f"; NCCL used interface {using.group(1)} ({using.group(2)})"
     name = using.group(1) if using else "the interface"
-    fix = (f"NCCL chose {name}, which the other nodes may not reach" if using else "NCCL's interface cannot reach the "
-           "peer") + ": set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface of the network the nodes "                      "share, on every node (`ip -br addr`); open the ports between nodes in the firewall."
+    cause = f"NCCL chose {name}, which the other nodes may not reach" if using else \
+        "NCCL's interface cannot reach the peer"
+    fix = (f"{cause}: set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface of the network the nodes "
+           f"share, on every node (`ip -br addr`); open the ports between nodes in the firewall.")
     return evidence, fix
 
 
@@ -332,7 +349,7 @@ def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
     """The error that ended the rendezvous, and the last address the store client tried before it."""
-    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    where = _where(match)
     tried = None
     for line in lines[:match.line_index]:
         found = re.search(r"failed to connect to (\S+) \((errno: \d+ - [^)]+)\)", line.text)
@@ -344,9 +361,13 @@ def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
     return evidence, ""
 
 
+def _where(match: Match) -> str:
+    """'rank R: ' for a line whose rank is known, else ''."""
+    return f"rank {match.line.rank}: " if match.line.rank is not None else ""
+
+
 def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
-    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
-    return where + match.line.text.strip()[:300], ""
+    return _where(match) + match.line.text.strip()[:300], ""
 
 
 def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -379,13 +400,9 @@ def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
     """pydantic's message and the next two lines of the same rank: the key and what is wrong with it."""
     after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
              if ln.rank == match.line.rank][:2]
-    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    where = _where(match)
     text = match.line.text.strip()
     return where + text[text.find(re.search(r"\d+ validation", text).group(0)):] + ": " + " ".join(after)[:240], ""
-
-
-def _targets(match: Match, lines: list[Line]) -> tuple[str, str]:
-    return match.line.text.strip()[:300], ""
 
 
 def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -398,17 +415,6 @@ def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
     return text[:300], ("A package is older or newer than the code that imports it expects: `dsdoctor env` lists the "
                         "versions and those known to break each other; pin the versions the training repository "
                         "names (its requirements.txt).")
-
-
-LOG806 = rule(
-    "LOG806", "error", "a rank failed, and its error is not in this log",
-    what="The launcher reports a rank that exited with an error code, and the log holds no error of that rank.",
-    why="The rank's own output went elsewhere (DeepSpeed's launcher with each rank's log in a file; torchrun without "
-        "--tee, or a traceback torchrun could not record).",
-    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log`; "
-        "`torchrun --tee 3 ...`; or decorate main with torch.distributed.elastic.multiprocessing.errors.record so the "
-        "traceback lands in torchrun's summary.",
-    source="deepspeed/launcher/launch.py (sigkill_handler); torch/distributed/elastic/multiprocessing/errors")
 
 
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -450,7 +456,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
          "dsdoctor env on each node (MASTER_ADDR reachable)"),
     _sig("nccl-no-interface", "NET402", "no socket interface found",
-         r"Bootstrap : no socket interface found|no socket interface found", _first_line, "dsdoctor env"),
+         r"no socket interface found", _first_line, "dsdoctor env"),
     _sig("nccl-connect", "NET411", ("NCCL WARN",),
          r"NCCL WARN (?:socketStartConnect|socketPollConnect|Net : Connect to|Call to connect|"
          r"NET/Socket : Connect to)[^\n]*?(?P<addr>\d+\.\d+\.\d+\.\d+)[^\n]*?(?:failed|returned|timed out)",
@@ -509,7 +515,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Found missing adapter keys while loading the checkpoint", _first_line,
          "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)", spoils=True),
     _sig("lora-targets", "LOG803", "not found in the base model",
-         r"Target modules? .* not found in the base model", _targets, "dsdoctor estimate --method lora"),
+         r"Target modules? .* not found in the base model", _first_line, "dsdoctor estimate --method lora"),
     _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
          r"ZeRO3 is incompatible with LoRA", _first_line),
     _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
@@ -549,18 +555,8 @@ C10D_WARNING = re.compile(r"\[W[\d :.]*\w+\.cpp:\d+\]")
 #: The last line of a Python traceback: an exception's (dotted) name and its message.
 PYTHON_ERROR = re.compile(r"(?:[A-Za-z_][\w.]*\.)?(?P<exc>(?:[A-Z]\w*)?(?:Error|Exception)|StopIteration|SystemExit)"
                           r"(?::\s*(?P<message>.*))?$")
-LOG805 = rule(
-    "LOG805", "error", "a Python error dsdoctor has no rule for",
-    what="The first failure in the log is a Python exception that none of explain's signatures names.",
-    why="The lines after it (other ranks' connection errors, watchdog timeouts, the launcher's exit codes) follow "
-        "from it: they are not the cause.",
-    fix="Read the traceback that ends at the line in the evidence, on that rank: its last frames name the code that "
-        "raised it (the data pipeline, the model's code, the training script).",
-    source="dsdoctor explain (the last line of a traceback)")
-
-
 def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:
-    where = f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    where = _where(match)
     frame = next((ln.text.strip() for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
                   if ln.rank == match.line.rank and ln.text.lstrip().startswith("File \"")), None)
     return where + match.line.text.strip()[:240] + (f" (raised at {frame[:160]})" if frame else ""), ""
@@ -666,12 +662,15 @@ def survived(match: Match, lines: list[Line]) -> bool:
     return False
 
 
-def first_failure(matches: list[Match], lines: list[Line]) -> Match | None:
-    """The earliest match that is not a consequence of another failure, nor a generic Python error that a known
-    failure explains or that its rank survived; else the earliest match that is not a survived error."""
+def failures(matches: list[Match], lines: list[Line]) -> tuple[Match | None, list[Match]]:
+    """(the first real failure, the other failures in line order). Survived errors are no failure at all and
+    explained ones are their known failure's; the first is the earliest match that is neither a consequence of
+    another failure nor explained, else the earliest remaining match."""
     live = [m for m in matches if not survived(m, lines)]
-    primary = [m for m in live if not m.signature.consequence and not explained(m, matches, lines)]
-    return (primary or live or [None])[0]
+    kept = [m for m in live if not explained(m, matches, lines)]
+    primary = [m for m in kept if not m.signature.consequence]
+    first = (primary or live or [None])[0]
+    return first, [m for m in kept if m is not first]
 
 
 #: A run that ended well says so in its last lines: DeepSpeed's launcher per rank, the Trainer's summary.
@@ -696,7 +695,7 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
     result = {"lines": len(lines) + (skipped[1] if skipped else 0),
               "ranks": sorted({ln.rank for ln in lines if ln.rank is not None}),
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
-    first = first_failure(matches, lines)
+    first, others = failures(matches, lines)
     if first is None:
         tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)][-5:]
         shown = " | ".join(f"line {ln.number}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
@@ -704,10 +703,8 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
         return [LOG800.finding(f"no known failure found in {len(lines):,} lines; last error-looking lines: {shown}")], \
             result
     findings = []
-    ordered = [first] + [m for m in matches if m is not first and not explained(m, matches, lines)
-                         and not survived(m, lines)]
     reported: set[str] = set()
-    for match in ordered:
+    for match in [first] + others:
         evidence, fix = match.signature.describe(match, lines)
         target: Rule = rules[match.signature.rule_id]
         if target.id in reported:
@@ -717,16 +714,15 @@ def explain(text: str, skipped: tuple[int, int] | None = None) -> tuple[list[Fin
         fix = fix or target.fix
         if match.signature.caught_by and "`dsdoctor" not in fix:
             fix += f" Before launch: `{match.signature.caught_by}`."
-        is_first = match is first
-        findings.append(target.finding(
-            where + evidence, severity=None if is_first else "info",
-            title=target.title if is_first else f"later: {target.title}", fix=fix))
+        if match is first:  # what ended the run (whatever the rule's preflight severity), unless the run finished
+            ended = not finished(lines, matches) or first.signature.spoils
+            result["finished"] = not ended
+            findings.append(target.finding(where + evidence, severity="error" if ended else "warning", fix=fix,
+                                           title=target.title if ended else f"the run finished, but: {target.title}"))
+        else:
+            findings.append(target.finding(where + evidence, severity="info", title=f"later: {target.title}", fix=fix))
         if len(findings) >= 6:
             break
-    findings[0] = replace(findings[0], severity="error")  # what ended the run, whatever the rule's preflight severity
-    if finished(lines, matches) and not first.signature.spoils:  # it did not stop the run: a warning sign
-        findings[0] = replace(findings[0], severity="warning", title=f"the run finished, but: {findings[0].title}")
-        result["finished"] = True
     result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,
                                "line": first.line.number, "rank": first.line.rank}
     result["matches"] = [{"rule": m.signature.rule_id, "signature": m.signature.name, "line": m.line.number,

@@ -4,7 +4,6 @@ logs written from the public reports), rank prefixes and colours, the first real
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -135,34 +134,12 @@ def test_invalid_utf8_is_read():
     assert findings[0].id == "DS102"
 
 
-def eight_rank_log(lines_per_rank: int, seed: int = 0) -> tuple[str, int]:
-    """A training log of 8 ranks interleaved (torchrun prefixes), a cascade after an OOM on rank 6 near the end;
-    returns the text and the line number of the OOM."""
-    rng = random.Random(seed)
-    streams = []
-    for rank in range(8):
-        lines = [f"[rank{rank}]: [2024-01-01 10:{i // 60:02d}:{i % 60:02d},000] [INFO] [logging.py:96:log_dist] "
-                 f"step={i}, skipped=0, lr=[1e-05], mom=[(0.9, 0.999)]" if i % 3 else
-                 f"[rank{rank}]: {{'loss': {2.5 - i / lines_per_rank:.4f}, 'learning_rate': 1e-05, 'epoch': 0.{i}}}"
-                 for i in range(lines_per_rank)]
-        streams.append(lines)
-    merged = []
-    while any(streams):
-        stream = rng.choice([s for s in streams if s])
-        merged.append(stream.pop(0))
-    oom_at = len(merged) - 200
-    merged.insert(oom_at, "[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 6 has "
-                          "a total capacity of 79.15 GiB of which 2.10 GiB is free.")
-    for rank in (0, 1, 2, 3, 4, 5, 7):
-        merged.append(f"[rank{rank}]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
-                      f"closed by peer [10.0.0.1]:{40000 + rank}")
-        merged.append(f"[rank{rank}]: [E ProcessGroupNCCL.cpp:475] [Rank {rank}] Watchdog caught collective operation "
-                      f"timeout: WorkNCCL(SeqNum=9001, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
-                      f"for 600042 milliseconds before timing out.")
-    return "\n".join(merged), oom_at + 1
-
-
 def test_eight_ranks_ten_thousand_lines():
+    """The benchmark's log (benchmarks/explain_speed.py): 8 ranks interleaved, an OOM on rank 6 near the end, then
+    the other ranks' connection errors and watchdog timeouts."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from explain_speed import eight_rank_log
+
     text, oom_line = eight_rank_log(1300)
     findings, result = explain(text)
     assert result["lines"] > 10_000 and result["ranks"] == list(range(8))
@@ -309,8 +286,8 @@ def test_torchrun_s_summary_alone():
 
 @pytest.mark.parametrize("line", ["Exception: bad sample at 10231", "StopIteration", "AssertionError"])
 def test_exceptions_without_a_prefix(line):
-    assert ids("[rank1]: " + TB.replace("\n", "\n[rank1]: ").rstrip("[rank1]: ") + f"[rank1]: {line}\n"
-               + "[rank0]:" + WATCH.format(r=0))[0] == "LOG805"
+    traceback = "".join(f"[rank1]: {text}\n" for text in (TB + line).splitlines())
+    assert ids(traceback + "[rank0]:" + WATCH.format(r=0))[0] == "LOG805"
 
 
 @pytest.mark.parametrize("line", [
