@@ -389,15 +389,16 @@ def _cuda_of(text: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def _route_to_master(addr: str | None) -> list[str] | None:
-    """[interface, local address] of the route to MASTER_ADDR when it resolves to another host, else None."""
+def _route_to_master(addr: str | None, addresses: list[list[str]]) -> list[str] | None:
+    """[interface, local address] of the route to MASTER_ADDR (``lo`` for this host), or None when it is unset or
+    does not resolve."""
     if not addr:
         return None
     try:
         ip = socket.getaddrinfo(addr, None)[0][4][0]
     except (OSError, UnicodeError):
         return None
-    return route_to(ip)
+    return route_to(ip, addresses)
 
 
 def _interfaces() -> list[str]:
@@ -566,8 +567,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                                                      "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT",
                                                      "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
         facts["network"]["interfaces"] = _interfaces()
-        facts["network"]["addresses"] = interface_addresses()
-        facts["network"]["route_to_master"] = _route_to_master(env.get("MASTER_ADDR"))
+        addresses = facts["network"]["addresses"] = interface_addresses()
+        facts["network"]["route_to_master"] = _route_to_master(env.get("MASTER_ADDR"), addresses)
         facts["network"]["euid"] = os.geteuid()
     if deep:
         facts["deep"] = deep_facts()

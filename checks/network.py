@@ -155,7 +155,6 @@ def network_findings(net: dict, euid: int | None = None, gpus: list | None = Non
 def _unreachable(ip: str, port: str, timeout_s: float = 2.0) -> str | None:
     """Why ``ip:port`` cannot be reached (a timeout, no route), or None: reachable, refused (nothing listens yet,
     normal before the job starts), a local address, or a port that is not a number."""
-    import errno
     import ipaddress
 
     try:
@@ -258,10 +257,10 @@ def nccl_interfaces(addresses: list[list[str]], ifname: str | None = None) -> li
     return []
 
 
-def route_to(ip: str, port: int = 29500) -> list[str] | None:
+def route_to(ip: str, addresses: list[list[str]] | None = None, port: int = 29500) -> list[str] | None:
     """``[interface, local address]`` this host would use to reach ``ip``: the kernel's route, read by connecting a
-    UDP socket (no packet is sent) and asking for its local address. None when there is no route or the local address
-    belongs to no interface psutil lists."""
+    UDP socket (no packet is sent) and asking for its local address, looked up in ``addresses``
+    (:func:`interface_addresses` when not given). None when there is no route or the address is on no interface."""
     family = socket.AF_INET6 if ":" in ip else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
@@ -269,7 +268,7 @@ def route_to(ip: str, port: int = 29500) -> list[str] | None:
             local = s.getsockname()[0]
     except OSError:
         return None
-    name = next((n for n, a in interface_addresses() if a == local), None)
+    name = next((n for n, a in (interface_addresses() if addresses is None else addresses) if a == local), None)
     return [name, local] if name else None
 
 

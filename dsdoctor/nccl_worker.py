@@ -46,13 +46,14 @@ def _interfaces_used(backend: str) -> dict:
     127.0.x.1, which other nodes cannot reach); and the route to MASTER_ADDR itself."""
     from dsdoctor.checks.network import interface_addresses, nccl_interfaces, route_to
 
+    addresses = interface_addresses()
     try:
         master = socket.getaddrinfo(os.environ.get("MASTER_ADDR", "127.0.0.1"), None)[0][4][0]
     except OSError:
         master = None
-    route = route_to(master) if master else None
+    route = route_to(master, addresses) if master else None
     if backend == "nccl":
-        chosen = nccl_interfaces(interface_addresses(), os.environ.get("NCCL_SOCKET_IFNAME"))
+        chosen = nccl_interfaces(addresses, os.environ.get("NCCL_SOCKET_IFNAME"))
         interface = chosen[0] if chosen else None
     else:
         interface = os.environ.get("GLOO_SOCKET_IFNAME")
@@ -61,7 +62,7 @@ def _interfaces_used(backend: str) -> dict:
                 own = socket.getaddrinfo(socket.gethostname(), None)[0][4][0]
             except OSError:
                 own = None
-            interface = next((name for name, address in interface_addresses() if address == own), None)
+            interface = next((name for name, address in addresses if address == own), None)
     return {"interface": interface, "route_to_master": route}
 
 

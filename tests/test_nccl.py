@@ -159,11 +159,14 @@ def test_ctrl_c_stops_every_rank_and_frees_the_port():
     assert not os.path.exists(records)  # no report names it after an interrupt
 
 
-def test_ranks_that_print_a_lot_do_not_look_hung():
+def test_ranks_that_print_a_lot_do_not_look_hung(tmp_path):
     """The ranks' output goes to a file: through a pipe read at the end, 64 KiB of it blocked them (seen with
-    TORCH_DISTRIBUTED_DEBUG=DETAIL, about 80 KB here) and the probe reported a hang."""
+    TORCH_DISTRIBUTED_DEBUG=DETAIL, about 80 KB) and the probe reported a hang. Here each rank prints 1 MiB at start
+    (a sitecustomize on its PYTHONPATH), far past any pipe buffer."""
+    (tmp_path / "sitecustomize.py").write_text("import os\nif os.environ.get('RANK'):  # the ranks, not dsdoctor\n"
+                                               "    for _ in range(1024):\n        print('x' * 1023, flush=True)\n")
     proc, data, _ = run("--nproc", "2", "--backend", "gloo", "--timeout", "30", "--sizes", "1K",
-                        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_CPP_LOG_LEVEL": "INFO"})
+                        env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"})
     assert proc.returncode == 0, data and data["findings"]
     assert data["findings"][0]["id"] == "NET409"
     assert data["result"]["records"] is None  # removed after a run that passed
@@ -196,7 +199,7 @@ def test_termination_stops_every_rank(sig):
 
 
 def test_a_sweep_larger_than_host_ram_is_refused():
-    proc, _, _ = run("--nproc", "4", "--backend", "gloo", "--sizes", "16G")
+    proc, _, _ = run("--nproc", "512", "--backend", "gloo", "--sizes", "16G")  # 24 TiB: more than any host
     assert proc.returncode == 2 and "of host RAM" in proc.stderr and "use smaller --sizes" in proc.stderr
 
 

@@ -26,9 +26,10 @@ def read_log(source: str) -> tuple[str, tuple[int, int] | None]:
     """The text of ``source`` (a path, or '-' for stdin) and the lines left out of it, if any.
 
     Decoded as UTF-8 with undecodable bytes replaced, or as UTF-16 when it starts with a byte-order mark (PowerShell's
-    ``>``); NUL bytes at the start (a log cut while it was written) are dropped. A log over 64 MiB is read as its
-    first 2 MiB and its last 62 MiB, cut at line ends: the second value is then (the line after which lines were left
-    out, how many), so that line numbers stay those of the file.
+    ``>``); NUL bytes at the start (a log cut while it was written) are dropped. Of a log over 64 MiB only the first
+    2 MiB and the last 62 MiB (cut at line ends) are kept for scanning; the whole file is read once, to count the
+    lines left out: the second value is then (the line after which lines were left out, how many), so that line
+    numbers stay those of the file.
 
     Raises:
         DsdoctorError: no such file, a directory, unreadable, empty, or binary data (NUL bytes or mostly

@@ -323,7 +323,8 @@ def run_smoke(opts: SmokeOptions) -> Report:
     summary = _read_json(out / "summary.json") or {}
     rows_by_rank = {int(p.stem.removeprefix("rank")): _read_jsonl(p) for p in sorted((out / "metrics").glob("rank*.jsonl"))}
     errors = [e for e in (_read_json(p) for p in sorted((out / "errors").glob("rank*.json"))) if e]
-    log_tail = (out / "train.log").read_bytes()[-20000:].decode("utf-8", "replace")
+    log_text = (out / "train.log").read_bytes()[-4 * 2 ** 20:].decode("utf-8", "replace")  # the end of the log
+    log_tail = log_text[-20000:]
 
     if run_env:
         report.add(training.TRN600.finding(environment_evidence(run_env)))
@@ -349,8 +350,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
         # the pitfall by name, as `dsdoctor explain` reads a log: the run's output and its ranks' error records
         from dsdoctor.checks.logs import pitfall_findings
 
-        text = (out / "train.log").read_bytes()[-4 * 2 ** 20:].decode("utf-8", "replace") + "\n" + \
-            "\n".join(str(e.get("message", "")) for e in errors)
+        text = log_text + "\n" + "\n".join(str(e.get("message", "")) for e in errors)
         for finding in pitfall_findings(text, already={f.id for f in report.findings}):
             report.add(finding)
 
