@@ -368,14 +368,24 @@ def link_between(gpus: list[dict], ib_bits_per_s: float = 0.0, nic_bits_per_s: f
     return link
 
 
+def plateau(sweep: list[dict]) -> dict[str, dict]:
+    """Each collective's row at the largest size of ``sweep`` (rows ``{"op", "bytes", ...}``; a row without ``op``
+    is an all-reduce): the plateau nccl-tests' PERFORMANCE.md reads busbw from."""
+    top: dict[str, dict] = {}
+    for row in sweep:
+        op = row.get("op", "all_reduce")
+        if row["bytes"] >= top.get(op, {}).get("bytes", 0):
+            top[op] = row
+    return top
+
+
 def busbw_findings(sweep: list[dict], world: int, backend: str, link: dict | None) -> list[Finding]:
     """NET412 / NET413 on the all-reduce plateau of ``sweep`` (rows ``{"op", "bytes", "busbw"}``, busbw in bytes/s)
     against ``link`` (:func:`link_between`); one NET413 ``info`` saying why nothing was judged (one rank: busbw is
     0 by definition; gloo; the link unknown; sizes below the plateau)."""
-    rows = [r for r in sweep if r.get("op", "all_reduce") == "all_reduce"]
-    if not rows:
+    top = plateau(sweep).get("all_reduce")
+    if top is None:
         return []
-    top = max(rows, key=lambda r: r["bytes"])
 
     def not_judged(why: str) -> list[Finding]:
         return [NET413.finding(why, severity="info", title="busbw not judged")]

@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from dsdoctor.cli import report_command
-from dsdoctor.checks.network import NET407, NET408, NET409
+from dsdoctor.checks.network import NET407, NET408, NET409, plateau
 from dsdoctor.report import DsdoctorError, Report
 
 STAGES = ("rendezvous", "barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sweep", "done")
@@ -229,21 +229,14 @@ def telling_line(output: str) -> str:
 
 def headline(sweep: list[dict] | None) -> str:
     """'; all-reduce busbw X GB/s at N bytes' for the largest all-reduce of the sweep ('' without one)."""
-    rows = [r for r in sweep or [] if r.get("op", "all_reduce") == "all_reduce"]
-    if not rows:
-        return ""
-    top = max(rows, key=lambda r: r["bytes"])
-    return f"; all-reduce busbw {top['busbw'] / 1e9:.2f} GB/s at {top['bytes']:,} bytes"
+    top = plateau(sweep or []).get("all_reduce")
+    return f"; all-reduce busbw {top['busbw'] / 1e9:.2f} GB/s at {top['bytes']:,} bytes" if top else ""
 
 
 def add_sweep(report: Report, sweep: list[dict], world: int, backend: str) -> None:
     """The sweep into ``report``: the rows, the plateau (busbw at the largest size) of each collective, and a table."""
     report.result["sweep"] = sweep
-    plateau = {}
-    for row in sweep:
-        if row["bytes"] >= plateau.get(row["op"], {}).get("bytes", 0):
-            plateau[row["op"]] = row
-    report.result["plateau_busbw_bytes_per_s"] = {op: round(row["busbw"]) for op, row in plateau.items()}
+    report.result["plateau_busbw_bytes_per_s"] = {op: round(row["busbw"]) for op, row in plateau(sweep).items()}
     report.result["busbw_bytes_per_s"] = report.result["plateau_busbw_bytes_per_s"].get("all_reduce")
     report.tables.append((f"Sweep, {world} ranks ({backend}; busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for "
                           f"all-gather and reduce-scatter, 1 for broadcast: nccl-tests doc/PERFORMANCE.md)",
@@ -260,12 +253,11 @@ def rank_rows(marks: dict[int, list[dict]]) -> list[dict]:
         joined = next((m for m in marks[rank] if m["stage"] == "rendezvous" and m["status"] == "ok"), {})
         started = next((m for m in marks[rank] if m["stage"] == "rendezvous"), {})
         sweep = next((m.get("sweep") for m in marks[rank] if m["stage"] == "sweep" and m["status"] == "ok"), None)
-        reduce_rows = [r for r in sweep or [] if r.get("op", "all_reduce") == "all_reduce"]
+        top = plateau(sweep or []).get("all_reduce")
         route = joined.get("route_to_master")
         rows.append({"rank": rank, "host": started.get("host"), "interface": joined.get("interface"),
                      "route_to_master": f"{route[0]} ({route[1]})" if route else None,
-                     "all_reduce_seconds": max(reduce_rows, key=lambda r: r["bytes"])["seconds"]
-                     if reduce_rows else None})
+                     "all_reduce_seconds": top["seconds"] if top else None})
     return rows
 
 
