@@ -918,8 +918,8 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
             out.add(DS143.finding(f'"{path}" is "auto": DeepSpeed uses "none" (no offload)'))
         else:
             out.add(DS136.finding(f'"{path}" is "auto": DeepSpeed uses the default {show(default)}'))
-        out.change(path, "auto", default, "DS136", f'what DeepSpeed makes of "auto" (the default); write the '
-                                                   f"value you want")
+        out.change(path, "auto", default, "DS136", 'what DeepSpeed makes of "auto" (the default); write the '
+                                                   "value you want")
 
 
 _AUTO_NEEDS = {

@@ -159,7 +159,7 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
     Returns ``(filled, origin)``: a filled copy (values the Trainer fills from unknown TrainingArguments stay
     "auto") and, per filled key, where its value came from. Adds HF201-HF207 findings to ``out``.
     """
-    from dsdoctor.checks.deepspeed_config import (MISSING, auto_paths, get_path, is_auto, show)
+    from dsdoctor.checks.deepspeed_config import (MISSING, auto_paths, is_auto, show)
 
     filled = copy.deepcopy(config)
     origin: dict[str, str] = {}
@@ -248,7 +248,7 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
         if is_auto(node.get(key)):
             node[key] = warmup_steps if warmup_steps is not None and known else "__filled__"
             origin["scheduler.params.warmup_num_steps"] = "auto <- warmup_steps"
-            fills.append(f"scheduler.params.warmup_num_steps <- max(1, warmup_steps)"
+            fills.append("scheduler.params.warmup_num_steps <- max(1, warmup_steps)"
                          + (f" = {warmup_steps}" if warmup_steps is not None and known else ""))
         elif known and warmup_steps is not None and node.get(key) is not None and node.get(key) != warmup_steps:
             mismatches.append(f"- ds scheduler.params.warmup_num_steps={_py(node.get(key))} vs hf warmup_steps="

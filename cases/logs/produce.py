@@ -11,7 +11,6 @@ prints them; their expected.json says so (``"made": "by hand"``) and names its s
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import socket
