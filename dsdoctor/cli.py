@@ -7,8 +7,11 @@ error|warning|info`` (added by :func:`report_command`). Exit codes: 0 nothing at
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -19,18 +22,31 @@ from dsdoctor import __version__
 from dsdoctor.report import DsdoctorError, Report
 
 
+#: control characters (C0, DEL, C1) and the Unicode line and paragraph separators: never printed raw in an error line
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character escaped (``\\n``, ``\\x1b``), so that an error quoting a user's key
+    or path stays one line on the terminal and cannot move the cursor or change colours."""
+    def escape(m: re.Match) -> str:
+        c = m.group(0)
+        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c)
+        return named or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+    return _CONTROL.sub(escape, text)
+
+
 def _emit(report: Report, fmt: str, json_path: str | None) -> None:
     from dsdoctor import render
+    from dsdoctor.files import write_output
 
     if json_path is not None:
         text = render.render_json(report)
         if json_path == "-":
             click.echo(text)
         else:
-            try:
-                Path(json_path).write_text(text + "\n", encoding="utf-8")
-            except OSError as exc:
-                raise DsdoctorError(f"cannot write --json {json_path}: {exc.strerror or exc}") from None
+            write_output(json_path, text + "\n", "--json")
     if json_path == "-":
         return  # stdout carries the JSON alone, so it can be piped
     if fmt == "json":
@@ -41,8 +57,67 @@ def _emit(report: Report, fmt: str, json_path: str | None) -> None:
         render.render_table(report)
 
 
-def report_command(func: Callable[..., Report]) -> Callable[..., None]:
-    """Wrap a function returning a Report into a command body with the shared options and exit codes."""
+def guard_outputs(kwargs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...], json_path: str | None) -> None:
+    """Refuse, before any work, an output path that is one of the command's inputs (or a file inside an input
+    directory such as a model directory), two outputs on one file, and an output whose directory is not writable.
+
+    ``inputs`` and ``outputs`` are the command's parameter names (``data``, ``fix``); their option names come from
+    the click context. Raises DsdoctorError naming both options."""
+    from dsdoctor.files import files_of, same_file, shown
+
+    ctx = click.get_current_context(silent=True)
+    names = {p.name: (p.opts[0] if isinstance(p, click.Option) else p.name.upper())
+             for p in (ctx.command.params if ctx is not None else [])}
+    given_in = [(names.get(n, n), v) for n in inputs
+                for v in (kwargs.get(n) if isinstance(kwargs.get(n), (list, tuple)) else [kwargs.get(n)])
+                if isinstance(v, str) and v != "-"]
+    given_out = [(names.get(n, n), kwargs[n]) for n in outputs if isinstance(kwargs.get(n), str)]
+    if json_path not in (None, "-"):
+        given_out.append(("--json", json_path))
+    for i, (option, out_path) in enumerate(given_out):
+        for in_option, in_path in given_in:
+            for path in files_of(in_path):
+                if same_file(out_path, path):
+                    what = in_option if str(path) == str(Path(in_path).expanduser()) else f"{path.name} in {in_option}"
+                    raise DsdoctorError(f"{option} {shown(out_path)}: that is {what} itself; dsdoctor never "
+                                        "overwrites its inputs")
+        for other_option, other in given_out[:i]:
+            if os.path.abspath(os.path.expanduser(other)) == os.path.abspath(os.path.expanduser(out_path)) \
+                    or same_file(other, out_path):
+                raise DsdoctorError(f"{option} {shown(out_path)}: also given to {other_option}; give each its own file")
+        if option in ("--json",) or option in [names.get(n, n) for n in outputs]:
+            target = Path(out_path).expanduser()
+            if not out_path.strip() or target.is_dir():
+                raise DsdoctorError(f"{option} {shown(out_path)!r}: give a file name to write to")
+            try:
+                parent = target.resolve().parent
+            except (OSError, RuntimeError) as exc:
+                raise DsdoctorError(f"cannot write {option} {shown(out_path)}: {getattr(exc, 'strerror', None) or exc}") \
+                    from None
+            if not parent.is_dir() or not os.access(parent, os.W_OK):
+                raise DsdoctorError(f"cannot write {option} {shown(out_path)}: {shown(str(parent))} is not a writable "
+                                    "directory")
+
+
+def _stdout_gone() -> None:
+    """After a broken pipe (``dsdoctor rules | head -1``): point stdout at /dev/null so the interpreter's final flush
+    does not fail again (the recipe of Python's signal module documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def report_command(func: Callable[..., Report] | None = None, *, inputs: tuple[str, ...] = (),
+                   outputs: tuple[str, ...] = ()):
+    """Wrap a function returning a Report into a command body with the shared options and exit codes.
+
+    ``inputs``: the parameters that name files or directories the command reads; ``outputs``: those it writes
+    (besides ``--json``). No output may be an input (:func:`guard_outputs`), checked before the command runs. Usable
+    bare (``@report_command``) or with arguments (``@report_command(inputs=("config",), outputs=("fix",))``)."""
+    if func is None:
+        return functools.partial(report_command, inputs=inputs, outputs=outputs)
 
     @click.option("--json", "json_path", metavar="PATH|-", default=None,
                   help="Also write the report as JSON to PATH ('-' prints only the JSON on stdout).")
@@ -52,18 +127,20 @@ def report_command(func: Callable[..., Report]) -> Callable[..., None]:
                   show_default=True, help="Exit 1 when a finding is at or above this severity.")
     @functools.wraps(func)
     def wrapper(*args, json_path: str | None, fmt: str, fail_on: str, **kwargs) -> None:
-        ctx = click.get_current_context(silent=True)
-        if ctx is not None:  # a command can refuse a --json path that is one of its inputs
-            ctx.meta["dsdoctor.json_path"] = json_path
         try:
-            if json_path not in (None, "-"):  # found before a long run, not after it
-                parent = Path(json_path).expanduser().resolve().parent
-                if not parent.is_dir() or not os.access(parent, os.W_OK):
-                    raise DsdoctorError(f"cannot write --json {json_path}: {parent} is not a writable directory")
+            guard_outputs(kwargs, inputs, outputs, json_path)  # found before a long run, not after it
             report = func(*args, **kwargs)
-            _emit(report, fmt, json_path)
+            try:
+                _emit(report, fmt, json_path)
+                sys.stdout.flush()
+            except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
+                _stdout_gone()
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+                    raise DsdoctorError(f"cannot write the report to stdout: {exc.strerror}") from None
+                raise
         except DsdoctorError as exc:
-            click.echo(f"dsdoctor: error: {exc}", err=True)
+            click.echo(f"dsdoctor: error: {one_line(str(exc))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("dsdoctor: interrupted", err=True)
@@ -71,12 +148,38 @@ def report_command(func: Callable[..., Report]) -> Callable[..., None]:
         except Exception as exc:  # an internal error is still one line unless asked for the traceback
             if os.environ.get("DSDOCTOR_DEBUG"):
                 raise
-            click.echo(f"dsdoctor: internal error: {type(exc).__name__}: {exc} "
+            click.echo(f"dsdoctor: internal error: {type(exc).__name__}: {one_line(str(exc))[:500]} "
                        f"(set DSDOCTOR_DEBUG=1 for the traceback)", err=True)
             sys.exit(2)
         sys.exit(report.exit_code(fail_on))
 
     return wrapper
+
+
+class FiniteFloat(click.ParamType):
+    """A float option that refuses NaN and infinity (``float("nan")`` passes every comparison-based range check, so
+    ``click.FloatRange(min=1)`` accepts ``--timeout nan``), with an optional closed range."""
+
+    name = "number"
+
+    def __init__(self, min: float | None = None, max: float | None = None, min_open: bool = False):
+        self.min, self.max, self.min_open = min, max, min_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError, OverflowError):
+                self.fail(f"{one_line(str(value))[:40]!r} is not a number", param, ctx)
+            if not math.isfinite(number):
+                self.fail(f"{one_line(str(value))[:40]!r} is not a finite number", param, ctx)
+        if self.min is not None and (number < self.min or (self.min_open and number == self.min)):
+            self.fail(f"{number:g} is {'not above' if self.min_open else 'below'} {self.min:g}", param, ctx)
+        if self.max is not None and number > self.max:
+            self.fail(f"{number:g} is above {self.max:g}", param, ctx)
+        return number
 
 
 class DsdoctorGroup(click.Group):
@@ -91,10 +194,10 @@ class DsdoctorGroup(click.Group):
             sys.exit(0)
         except click.UsageError as exc:
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(f"dsdoctor: error: {exc.format_message()}{where}", err=True)
+            click.echo(f"dsdoctor: error: {one_line(exc.format_message())}{where}", err=True)
             sys.exit(2)
         except click.ClickException as exc:
-            click.echo(f"dsdoctor: error: {exc.format_message()}", err=True)
+            click.echo(f"dsdoctor: error: {one_line(exc.format_message())}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("dsdoctor: interrupted", err=True)
@@ -112,6 +215,16 @@ COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
 
 class LazyGroup(DsdoctorGroup):
     """Commands are imported on first use (click's documented lazy-loading pattern)."""
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(COMMANDS), n=1, cutoff=0.5)
+            hint = f"; did you mean `dsdoctor {close[0]}`?" if close else f"; commands: {', '.join(sorted(COMMANDS))}"
+            raise click.UsageError(f"no such command {one_line(name)[:60]!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def list_commands(self, ctx):
         return sorted(COMMANDS)

@@ -7,26 +7,26 @@ Every failure is a :class:`DsdoctorError` with one line naming the option and th
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from dsdoctor.report import DsdoctorError
 
 
+#: the largest config file read: DeepSpeed configs and TrainingArguments files are kilobytes; a 200 MB one took minutes
+#: and 14 GB of memory to check before this cap
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_text(path: str, option: str) -> str:
-    p = Path(path)
-    if not p.exists():
-        raise DsdoctorError(f"{option} {path}: no such file")
-    if not p.is_file():
-        raise DsdoctorError(f"{option} {path}: not a file")
+    from dsdoctor.files import read_input, shown
+
+    data = read_input(path, option, MAX_CONFIG_BYTES, what="config file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise DsdoctorError(f"{option} {path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise DsdoctorError(f"{option} {path}: cannot read it ({exc.strerror})") from None
+        raise DsdoctorError(f"{option} {shown(path)}: not a UTF-8 text file") from None
     if not text.strip():
-        raise DsdoctorError(f"{option} {path}: the file is empty")
+        raise DsdoctorError(f"{option} {shown(path)}: the file is empty")
     return text
 
 

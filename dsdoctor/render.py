@@ -47,8 +47,9 @@ def render_markdown(report: Report) -> str:
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", "<br>")
 
-    lines = [f"## dsdoctor {report.command}", "", "| status | id | finding | evidence | fix |",
-             "|---|---|---|---|---|"]
+    lines = [f"## dsdoctor {report.command}"]
+    if report.findings or not (report.tables or report.block):
+        lines += ["", "| status | id | finding | evidence | fix |", "|---|---|---|---|---|"]
     for f in report.findings:
         lines.append(f"| {STATUS[f.severity]} | {f.id} | {cell(f.title)} | {cell(f.evidence)} | {cell(f.fix)} |")
     rows = _scalar_items(report.result)
@@ -68,17 +69,23 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    console = Console(file=file, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich exits 1 here; the CLI decides (a closed pipe is no error)
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = _Console(file=file, soft_wrap=False)
     if not console.is_terminal:  # a log or a pipe: rich's 80 columns would fold every evidence cell
         console.width = max(console.width, 140)
-    table = Table(title=f"dsdoctor {report.command}", show_lines=True, expand=False)
-    for name in ("status", "id", "finding", "evidence", "fix"):
-        table.add_column(name, overflow="fold")
-    for f in report.findings:
-        # finding text is data (DeepSpeed messages, paths with [..]), never rich markup
-        table.add_row(f"[{STYLE[f.severity]}]{STATUS[f.severity]}[/]", escape(f.id), escape(f.title),
-                      escape(f.evidence), escape(f.fix))
-    console.print(table)
+    if report.findings or not (report.tables or report.block):
+        table = Table(title=f"dsdoctor {report.command}", show_lines=True, expand=False)
+        for name in ("status", "id", "finding", "evidence", "fix"):
+            table.add_column(name, overflow="fold")
+        for f in report.findings:
+            # finding text is data (DeepSpeed messages, paths with [..]), never rich markup
+            table.add_row(f"[{STYLE[f.severity]}]{STATUS[f.severity]}[/]", escape(f.id), escape(f.title),
+                          escape(f.evidence), escape(f.fix))
+        console.print(table)
     rows = _scalar_items(report.result)
     if rows:
         result = Table(show_header=True, box=None)
@@ -98,5 +105,6 @@ def render_table(report: Report, file: TextIO | None = None) -> None:
         console.print(escape(report.block_title), style="bold")
         for line in report.block:
             console.print(escape(line), highlight=False)
-    counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
-    console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")
+    if report.findings or not (report.tables or report.block):
+        counts = {s: sum(f.severity == s for f in report.findings) for s in STATUS}
+        console.print(", ".join(f"{n} {STATUS[s]}" for s, n in counts.items() if n) or "no findings")

@@ -508,7 +508,7 @@ def test_outputs_never_overwrite_inputs(runner, tmp_path):
 
 
 @pytest.mark.parametrize("target, message", [("", "give a file name"), (".", "give a file name"),
-                                             ("/dev/full", "cannot write it")])
+                                             ("/dev/full", "No space left on device")])
 def test_fix_targets_that_cannot_be_written(runner, tmp_path, target, message):
     result = runner.invoke(cli, ["check", write(tmp_path, {"train_micro_batch_size_per_gpu": 1}), "--fix", target])
     assert result.exit_code == 2 and message in result.stderr

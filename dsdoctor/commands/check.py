@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import click
 
@@ -52,6 +51,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
     from dsdoctor.configfile import read_ds_config, read_hf_args
+    from dsdoctor.files import write_output
     from dsdoctor.hardware import gpu_from_name, visible_gpus
 
     if client_optimizer and launch == "trainer":
@@ -59,31 +59,6 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
-    inputs = {"CONFIG": config_path}
-    if hf_args is not None:
-        inputs["--hf-args"] = hf_args
-    if model is not None and Path(model).expanduser().is_dir():
-        inputs["--model"] = str(Path(model).expanduser() / "config.json")
-    outputs = {"--fix": fix}
-    try:
-        ctx = click.get_current_context(silent=True)
-        if ctx is not None and ctx.meta.get("dsdoctor.json_path") not in (None, "-"):
-            outputs["--json"] = ctx.meta["dsdoctor.json_path"]
-    except RuntimeError:
-        pass
-    for option, out_path in outputs.items():
-        if out_path is None:
-            continue
-        target = Path(out_path).expanduser()
-        for name, in_path in inputs.items():
-            if _same_file(target, Path(in_path).expanduser()):
-                raise DsdoctorError(f"{option} {out_path}: that is {name} itself; dsdoctor never overwrites its "
-                                    "inputs")
-        if option == "--fix":
-            if not out_path.strip() or target.is_dir():
-                raise DsdoctorError(f"--fix {out_path!r}: give a file name to write the corrected copy to")
-            if not target.resolve().parent.is_dir():
-                raise DsdoctorError(f"--fix {out_path}: directory {target.resolve().parent} does not exist")
     config, duplicates = read_ds_config(config_path, "CONFIG")
     args = read_hf_args(hf_args) if hf_args is not None else None
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
@@ -125,11 +100,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
             report.add(finding)
     if fix is not None:
         fixed = result.fixed_config(config)
-        try:
-            Path(fix).expanduser().write_text(json.dumps(fixed, indent=2, ensure_ascii=False) + "\n",
-                                              encoding="utf-8")
-        except OSError as exc:
-            raise DsdoctorError(f"--fix {fix}: cannot write it ({exc.strerror or exc})") from None
+        write_output(fix, json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", "--fix")
         report.result["fixed_config"] = str(fix)
     report.tables.append(("effective values (after DeepSpeed's derivation and defaults)",
                           ["key", "value", "came from"], effective_rows(result)))
@@ -153,14 +124,6 @@ def _capped(rows: list[list[str]], limit: int = 50) -> list[list[str]]:
     if len(rows) <= limit:
         return rows
     return rows[:limit] + [[f"... {len(rows) - limit:,} more (all in --json)"] + [""] * (len(rows[0]) - 1)]
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    """True when ``a`` and ``b`` are one file: the same path, a symlink to it, or a hard link (same inode)."""
-    try:
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def _show(value, limit: int = 200) -> str:
@@ -232,7 +195,7 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
 @click.option("--client-optimizer", is_flag=True, help="Your script passes optimizer= to deepspeed.initialize.")
 @click.option("--fix", default=None, metavar="OUT.json", help="Write a corrected copy here (CONFIG is never edited).")
 @click.option("--deep", is_flag=True, help="Also build DeepSpeed's own DeepSpeedConfig from the file (imports DeepSpeed).")
-@report_command
+@report_command(inputs=("config", "hf_args", "model"), outputs=("fix",))
 def check(config, world_size, launch, hf_args, gpu, model, client_optimizer, fix, deep) -> Report:
     """Check a DeepSpeed config (JSON or HJSON) before the model loads."""
     return run_check(config, world_size=world_size, launch=launch, hf_args=hf_args, gpu=gpu, model=model,

@@ -129,7 +129,7 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
 @click.option("--model", default=None, metavar="NAME|PATH", help="The model, for --deepspeed's host RAM check.")
 @click.option("--method", type=click.Choice(["full", "lora", "freeze", "ptuning"]), default="full",
               show_default=True, help="The fine-tuning method, for --deepspeed's host RAM check.")
-@report_command
+@report_command(inputs=("from_file", "build_ops", "deepspeed", "model"))
 def env(only, from_file, output_dir, deep, build_ops, deepspeed, model, method) -> Report:
     """Versions, CUDA toolchain, GPUs, host and distributed variables: facts and a verdict with a fix for each
     problem."""

@@ -460,7 +460,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
 @click.option("--gpu-mem", default=None, metavar="GiB|auto", help="Memory per GPU (default: NVML).")
 @click.option("--host-mem", type=float, default=None, metavar="GiB", help="Host RAM per node (offload check).")
 @click.option("--compare", is_flag=True, help="Show ZeRO stages 0 to 3 side by side.")
-@report_command
+@report_command(inputs=("model", "deepspeed"))
 def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout, freeze_last,
              prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision, deepspeed, gpu_mem, host_mem,
              compare) -> Report:

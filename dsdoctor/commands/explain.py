@@ -87,7 +87,7 @@ def run_explain(source: str) -> Report:
 
 @click.command("explain")
 @click.argument("log", metavar="LOG|-")
-@report_command
+@report_command(inputs=("log",))
 def explain(log) -> Report:
     """Find the first real failure in a failed run's log (ranks interleaved, any launcher) and name the pitfall,
     its fix, and the check that would have caught it before launch. LOG is a file, or - for stdin."""

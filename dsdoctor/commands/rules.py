@@ -1,4 +1,4 @@
-"""``dsdoctor rules [ID]``: the rule catalogue, or one rule's documentation."""
+"""``dsdoctor rules [ID]``: the rule catalogue (ID, default severity, title), or one rule's documentation."""
 
 from __future__ import annotations
 
@@ -7,25 +7,38 @@ from dataclasses import asdict
 import click
 
 from dsdoctor.cli import report_command
-from dsdoctor.report import DsdoctorError, Finding, Report
+from dsdoctor.report import DsdoctorError, Report
 from dsdoctor.rules import catalogue
 
 
 def rules_report(rule_id: str | None = None) -> Report:
-    """The catalogue as a Report: one ``info`` finding per rule (its title and fix), and the full
-    documentation in ``result["rules"]``. Raises DsdoctorError for an unknown ID."""
+    """The catalogue as a Report with no findings (a catalogue diagnoses nothing, so it always exits 0): a table of
+    every rule's ID, default severity and title, and the full documentation in ``result["rules"]``. With
+    ``rule_id``, that rule's documentation (what, why, example, fix, source) as a block.
+
+    Raises:
+        DsdoctorError: an unknown ID (with the closest IDs).
+    """
     rules = catalogue()
     if rule_id is not None:
-        key = rule_id.upper()
+        key = rule_id.strip().upper()
         if key not in rules:
-            raise DsdoctorError(f"unknown rule {rule_id!r}; `dsdoctor rules` lists {len(rules)} rules")
+            import difflib
+
+            close = difflib.get_close_matches(key, list(rules), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise DsdoctorError(f"unknown rule {rule_id[:40]!r}{hint} (`dsdoctor rules` lists {len(rules)} rules)")
         rules = {key: rules[key]}
     report = Report("rules", result={"rules": [asdict(r) for r in rules.values()]})
-    for r in rules.values():
-        evidence = f"default severity: {r.severity}"
-        if rule_id is not None:
-            evidence = f"{evidence}\nwhat: {r.what}\nwhy: {r.why}" + (f"\nexample: {r.example}" if r.example else "")
-        report.add(Finding(r.id, "info", r.title, evidence, r.fix, r.source))
+    if rule_id is None:
+        report.tables.append((f"{len(rules)} rules", ["id", "default severity", "title"],
+                              [[r.id, r.severity, r.title] for r in rules.values()]))
+    else:
+        (r,) = rules.values()
+        report.block_title = f"{r.id} ({r.severity} by default): {r.title}"
+        report.block = [f"- {name}: {value}" for name, value in
+                        (("what", r.what), ("why", r.why), ("example", r.example), ("fix", r.fix),
+                         ("source", r.source)) if value]
     return report
 
 
@@ -33,5 +46,5 @@ def rules_report(rule_id: str | None = None) -> Report:
 @click.argument("rule_id", required=False, metavar="[ID]")
 @report_command
 def rules(rule_id: str | None) -> Report:
-    """List every rule, or document one (what, why, example, fix, source)."""
+    """List every rule (ID, default severity, title), or document one (what, why, example, fix, source)."""
     return rules_report(rule_id)

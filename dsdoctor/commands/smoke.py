@@ -442,7 +442,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
 @click.option("--check/--no-check", "check_config", default=True, show_default=True,
               help="Run `dsdoctor check`'s rules on --deepspeed first and stop on errors (--no-check: let "
                    "DeepSpeed judge it).")
-@report_command
+@report_command(inputs=("model", "data", "ds_config"))
 def smoke(steps, model, ds_config, method, nproc, data, seq_len, out, launcher, timeout_s, learning_rate, zero,
           micro_batch, lora_targets, freeze_last, trust_remote_code, verify, check_config) -> Report:
     """Run the reference trainer for a few steps on N ranks and prove it trains, saves and reloads."""
