@@ -224,6 +224,16 @@ ENV328 = rule(
     why="Fine for tests (gloo, bf16 only: the CPU accelerator refuses fp16), not for fine-tuning a 6B model.",
     fix="On a GPU machine install torch's CUDA build; here, keep bf16 and torch_adam for DeepSpeed on the CPU.",
     source="deepspeed/accelerator/real_accelerator.py; shared/FACTS.md")
+ENV329 = rule(
+    "ENV329", "error", "a stale build lock blocks DeepSpeed's JIT op builds",
+    what="A torch extensions build lock (<TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions>/<py>_<device>/<op>/lock) "
+         "exists that no live process holds open and no compiler is working on.",
+    why="torch's JIT builder (torch.utils.cpp_extension, FileBaton) waits forever, silently, while that file exists. "
+        "A build interrupted by Ctrl-C or a kill leaves it behind; every later run then sits before its first step "
+        "until a timeout, which looks like a NCCL or network hang.",
+    fix="Delete the lock file named in the evidence (rm PATH), then run again: the op is rebuilt once.",
+    source="torch/utils/cpp_extension.py _jit_compile; torch/utils/file_baton.py FileBaton (O_CREAT|O_EXCL, the fd "
+           "held open while building)")
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
