@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dsdoctor.checks.network import interface_addresses, route_to
+from dsdoctor.extensions import build_locks
+from dsdoctor.extensions import roots as extension_roots
 from dsdoctor.hardware import host_ram_bytes
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
@@ -557,6 +559,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                 "ninja": (futures["ninja"].result() or "").strip() or None if futures["ninja"] else None,
                 "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
                 "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
+                "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR"),
+                "build_locks": [lock.to_dict() for lock in build_locks(extension_roots(env))],
             }
     if "gpu" in sections or "versions" in sections:
         facts["gpu"] = {"nvml": nvml is not None, "driver": (nvml or {}).get("driver"),
@@ -667,6 +671,11 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.append(ENV315.finding(f"{tc.get('cxx') or 'c++'}: not on PATH (torch compiles with $CXX or c++)"))
         if not tc.get("libaio"):
             out.append(ENV316.finding("libaio.h: not found in /usr/include or /usr/local/include"))
+        for lock in tc.get("build_locks") or []:
+            if isinstance(lock, dict) and lock.get("stale"):
+                out.append(ENV329.finding(f"{lock.get('path')} (op {lock.get('op')}, {lock.get('age_s', 0):.0f} s "
+                                          f"old): no live process holds it open and no compiler works on it",
+                                          fix=f"rm {lock.get('path')}  # then run again: the op is rebuilt once"))
         arch = tc.get("TORCH_CUDA_ARCH_LIST")
         if arch:
             bad, good = arch_list_problems(arch)
@@ -751,6 +760,9 @@ def paste_block(facts: dict) -> list[tuple[str, str]]:
         if built.get("version") not in (None, "0.0"):
             rows.append(("deepspeed_built_with", f"torch {built.get('version')}, CUDA {built.get('cuda_version')}"))
     for key, value in (facts.get("toolchain") or {}).items():
+        if key == "build_locks":
+            value = ", ".join(f"{lock.get('path')} ({'stale' if lock.get('stale') else 'building'})"
+                              for lock in value if isinstance(lock, dict)) or "none"
         rows.append((key, str(value)))
     gpu = facts.get("gpu") or {}
     if gpu:

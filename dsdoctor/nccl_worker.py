@@ -67,6 +67,9 @@ def _interfaces_used(backend: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dsdoctor.launch import tie_to_supervisor
+
+    tie_to_supervisor()  # a SIGKILLed torchrun or dsdoctor must not leave this rank running as an orphan
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--backend", default="gloo")

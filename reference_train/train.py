@@ -36,6 +36,11 @@ from pathlib import Path
 
 import torch
 
+if __package__:  # imported as dsdoctor.reference_train.train
+    from .sft_data import DataProblems, read_records
+else:  # run as a script (torchrun train.py): its own directory is on sys.path
+    from sft_data import DataProblems, read_records
+
 IGNORE_INDEX = -100  # labels with this value add nothing to the loss (torch.nn.CrossEntropyLoss default)
 CHATGLM_TEMPLATE = "问：{instruction}\n答："  # the ChatGLM-6B prompt style the tutorials use
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -70,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default=str(DEFAULT_MODEL),
                    help="local model directory: config.json (+ weights, else random init) and tokenizer")
-    p.add_argument("--data", default=str(DEFAULT_DATA), help="JSON lines with instruction, input?, output")
+    p.add_argument("--data", default=str(DEFAULT_DATA),
+                   help="JSON lines: instruction/input?/output, prompt/response, or messages (sft_data.py)")
     p.add_argument("--deepspeed", default=None, help="ds_config.json; default: built by build_ds_config")
     p.add_argument("--method", choices=["lora", "freeze", "ptuning", "full"], default="lora")
     p.add_argument("--template", default="auto",
@@ -155,70 +161,53 @@ def precision_of(ds_config: dict) -> torch.dtype:
 # --------------------------------------------------------------------------------------------------
 # Data: prompt template, -100 on the prompt and the padding, dynamic padding
 # --------------------------------------------------------------------------------------------------
-def format_prompt(tokenizer, template: str, instruction: str, extra_input: str | None) -> list[int]:
-    """Token ids of the prompt. The answer is tokenized apart and appended, so that no token straddles
-    the prompt/answer boundary (encoding the joined text, as the tutorials do, can merge across it)."""
-    instruction = instruction + ("\n" + extra_input if extra_input else "")
+def format_prompt(tokenizer, template: str, messages) -> list[int]:
+    """Token ids of the prompt: ``messages`` is a sequence of (role, content) ending with the user turn (a
+    :class:`sft_data.Record`'s ``prompt``), or one instruction string. The answer is tokenized apart and appended, so
+    that no token straddles the prompt/answer boundary (encoding the joined text, as the tutorials do, can merge
+    across it). With a chat template (``template`` 'chat', or 'auto' when the tokenizer has one) the turns go through
+    ``apply_chat_template(..., add_generation_prompt=True)``; else they are joined into ChatGLM's 问/答 prompt (or
+    ``template`` as a format string with ``{instruction}``)."""
+    if isinstance(messages, str):
+        messages = (("user", messages),)
     use_chat = template == "chat" or (template == "auto" and getattr(tokenizer, "chat_template", None))
     if use_chat:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": instruction}],
+        ids = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages],
                                             add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     fmt = CHATGLM_TEMPLATE if template in ("auto", "chatglm") else template
-    return tokenizer(fmt.format(instruction=instruction))["input_ids"]
+    return tokenizer(fmt.format(instruction="\n".join(c for _, c in messages)))["input_ids"]
 
 
 def build_dataset(path: str, tokenizer, template: str, seq_len: int) -> list[dict]:
-    """Read JSON lines ``{"instruction", "input"?, "output"}`` into ``{"input_ids", "labels"}`` lists.
+    """Read JSON lines (Alpaca ``instruction``/``input``/``output``, ``prompt``/``response``, or ``messages`` /
+    ShareGPT ``conversations``: ``sft_data.py``) into ``{"input_ids", "labels"}`` lists.
 
-    Labels are IGNORE_INDEX on the prompt. Every problem is collected, then raised once as a
-    SetupError naming the line numbers: a malformed line (DATA702), or a sample with no answer token
-    left after truncation to ``seq_len`` (DATA701), which would otherwise give a NaN loss."""
-    samples, malformed, no_target = [], [], []
+    Labels are IGNORE_INDEX on the prompt. Every problem is collected, then raised once as a SetupError naming the
+    line numbers: a malformed line (DATA702), or a sample with no answer token (empty, or none left after truncation
+    to ``seq_len``: DATA701), which would otherwise give a NaN loss."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise SetupError("DATA702", f"{path}: not UTF-8 text (byte {exc.start}): expected JSON lines") from None
-    if text.lstrip().startswith("["):
-        raise SetupError("DATA702", f"{path}: one JSON array, not JSON lines: write one object per line "
-                                    f"(python -c \"import json,sys; [print(json.dumps(r, ensure_ascii=False)) "
-                                    f"for r in json.load(open(sys.argv[1]))]\" FILE > FILE.jsonl)")
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            if not isinstance(row, dict):
-                raise TypeError(f"a JSON {type(row).__name__}, not an object")
-            instruction, output = row["instruction"], row["output"]
-            if not all(isinstance(v, str) for v in (instruction, output, row.get("input") or "")):
-                raise TypeError("instruction, input and output must be strings")
-        except json.JSONDecodeError as exc:
-            malformed.append(f"line {line_no}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
-        except KeyError as exc:
-            malformed.append(f"line {line_no}: no {exc} key")
-            continue
-        except TypeError as exc:
-            malformed.append(f"line {line_no}: {exc}")
-            continue
-        prompt = format_prompt(tokenizer, template, instruction, row.get("input"))
-        answer = tokenizer(output, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    try:
+        records = read_records(text, path)
+    except DataProblems as exc:
+        raise SetupError(exc.rule, str(exc)) from None
+    samples, no_target = [], []
+    for record in records:
+        prompt = format_prompt(tokenizer, template, record.prompt)
+        answer = tokenizer(record.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         room = seq_len - len(prompt)
-        if room <= 0 or not output:
-            no_target.append(line_no)
+        if room <= 0:
+            no_target.append(record.line)
             continue
         answer = answer[:room]
         samples.append({"input_ids": prompt + answer, "labels": [IGNORE_INDEX] * len(prompt) + answer})
-    if malformed:
-        raise SetupError("DATA702", f"{path}: {len(malformed)} malformed line(s): " + "; ".join(malformed[:5]))
     if no_target:
         lines = ", ".join(map(str, no_target[:10])) + (" ..." if len(no_target) > 10 else "")
         raise SetupError("DATA701", f"{path}: {len(no_target)} sample(s) have no answer token left after "
-                                    f"truncation to --seq-len {seq_len} (empty output or prompt too long): "
-                                    f"line(s) {lines}")
-    if not samples:
-        raise SetupError("DATA702", f"{path}: no samples")
+                                    f"truncation to --seq-len {seq_len} (the prompt is that long): line(s) {lines}")
     return samples
 
 
@@ -466,14 +455,54 @@ def verify_reload_and_merge(engine, args, saved: Path, base_dir: Path, input_ids
             result["missing_keys"] = [k for k in missing if k not in tied]
             result["reload_max_diff"] = (_logits(base, input_ids) - trained).abs().max().item() / scale
     diffs = [result[k] for k in ("reload_max_diff", "merge_max_diff") if k in result]
+    # the save round-trips when it reloads (and merges) into the trained model's logits; whether training changed the
+    # model enough to see is the supervisor's verdict (adapter_effect against these differences)
     result["roundtrip_ok"] = (not result["empty_tensors"] and all(d <= tol for d in diffs)
-                              and result["adapter_effect"] > tol and not result.get("missing_keys"))
+                              and not result.get("missing_keys"))
     return result
 
 
 # --------------------------------------------------------------------------------------------------
 # The loop
 # --------------------------------------------------------------------------------------------------
+def parameter_probe(engine, values: int = 1024) -> list:
+    """A fixed sample of every trainable parameter: the first ``values`` elements of this rank's copy (under ZeRO-3,
+    of its partition, ``ds_tensor``), in fp32. Compared after training by :func:`parameter_change`: it tells a
+    learning rate too small to move the loss on this model from an optimizer that changes nothing."""
+    probes = []
+    for p in engine.module.parameters():
+        if p.requires_grad:
+            local = getattr(p, "ds_tensor", None)
+            local = local if local is not None else p.data
+            probes.append(local.detach().reshape(-1)[:values].float().clone())
+    return probes
+
+
+def parameter_change(engine, before: list) -> dict:
+    """How far training moved the trainable parameters, over :func:`parameter_probe`'s sample, summed over ranks:
+    the relative L2 change ``||after - before|| / ||before||``, the mean absolute change per element, and how many
+    of the trainable tensors changed at all (``tensors_changed`` of ``tensors``)."""
+    import torch.distributed as dist
+
+    after = parameter_probe(engine)
+    device = engine.device
+    delta_sq = sum(((a - b) ** 2).sum() for a, b in zip(after, before)) if before else torch.zeros(())
+    base_sq = sum((b ** 2).sum() for b in before) if before else torch.zeros(())
+    abs_sum = sum((a - b).abs().sum() for a, b in zip(after, before)) if before else torch.zeros(())
+    changed = sum(int(bool((a != b).any())) for a, b in zip(after, before))
+    numel = sum(b.numel() for b in before)
+    totals = torch.tensor([float(delta_sq), float(base_sq), float(abs_sum), changed, len(before), numel],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(totals)
+    delta_sq, base_sq, abs_sum, changed, tensors, numel = totals.tolist()
+    world = dist.get_world_size()
+    return {"relative_change": math.sqrt(delta_sq / base_sq) if base_sq > 0 else (math.inf if delta_sq else 0.0),
+            "mean_abs_change": abs_sum / numel if numel else 0.0,
+            # a tensor replicated on every rank is counted once per rank: per-rank means
+            "tensors_changed": round(changed / world) if engine.zero_optimization_stage() < 3 else int(changed),
+            "tensors": round(tensors / world) if engine.zero_optimization_stage() < 3 else int(tensors)}
+
+
 def train_loop(engine, loader, sampler, args, tokenizer, eval_prompts, out: Path, rank: int, world: int,
                zero3: bool) -> list[dict]:
     """``engine(**batch).loss; engine.backward(loss); engine.step()`` on every micro batch. DeepSpeed
@@ -560,6 +589,12 @@ def run_environment(engine, rank: int, world: int, device: torch.device) -> dict
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:  # die with the launcher and with dsdoctor: a SIGKILLed torchrun must not leave this rank training, orphaned
+        from dsdoctor.launch import tie_to_supervisor
+
+        tie_to_supervisor()
+    except ImportError:  # the trainer copied out of dsdoctor runs without it
+        pass
     args = parse_args(argv)
     out = Path(args.output_dir)
     rank = int(os.environ.get("RANK", 0))
@@ -607,7 +642,7 @@ def run(args: argparse.Namespace, out: Path) -> None:
     dataset = build_dataset(args.data, tokenizer, args.template, args.seq_len)
     if args.data == str(DEFAULT_DATA):
         eval_texts = json.loads(DEFAULT_EVAL_PROMPTS.read_text(encoding="utf-8"))
-        eval_prompts = [format_prompt(tokenizer, args.template, t, None) for t in eval_texts]
+        eval_prompts = [format_prompt(tokenizer, args.template, t) for t in eval_texts]
     else:  # the prompts of the first two samples (labels are IGNORE_INDEX exactly on the prompt)
         eval_prompts = [s["input_ids"][:s["labels"].count(IGNORE_INDEX)] for s in dataset[:2]]
 
@@ -642,6 +677,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
 
     env = run_environment(engine, rank, world, device)
     summary = {"method": args.method, "model": args.model, "data": args.data, "samples": len(dataset),
+               "random_init": random_init, "bundled_model": Path(args.model).resolve() == DEFAULT_MODEL,
+               "default_config": args.deepspeed is None,
                "trainable_params": trainable, "total_params": total, "dtype": str(dtype).replace("torch.", ""),
                "zero_stage": engine.zero_optimization_stage(), "gradient_checkpointing": args.gradient_checkpointing,
                "train_micro_batch_size_per_gpu": engine.train_micro_batch_size_per_gpu(),
@@ -654,7 +691,9 @@ def run(args: argparse.Namespace, out: Path) -> None:
         print(f"[rank0] {summary['method']}: {trainable:,} trainable of {total:,} parameters, world size {world}, "
               f"{device.type}, {summary['dtype']}, ZeRO-{summary['zero_stage']}", flush=True)
 
+    before = parameter_probe(engine)
     history = train_loop(engine, loader, sampler, args, tokenizer, eval_prompts, out, rank, world, zero3)
+    summary["parameter_change"] = parameter_change(engine, before)
 
     if args.verify:
         PHASE = "save"

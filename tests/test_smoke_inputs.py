@@ -70,3 +70,54 @@ def test_auto_values_are_found_everywhere():
         "fp16.enabled" in found["DS136"].evidence
     assert not [f for f in check_config({"train_batch_size": 8}, CheckContext(client_optimizer=True)).findings
                 if f.id in ("DS101", "DS136")]
+
+
+# issue 12: a re-run deleted a user's own checkpoint/ under a name smoke uses; two runs on one --out mixed their files
+def test_a_rerun_never_deletes_a_user_file_under_a_name_smoke_uses(tmp_path):
+    from dsdoctor.commands.smoke.outdir import finish_out
+
+    out = prepare_out(tmp_path / "smoke")
+    (out / "adapter").mkdir()
+    (out / "train.log").write_text("run 1")
+    finish_out(out)  # run 1 wrote adapter/ and train.log (and metrics/, errors/)
+    (out / "checkpoint").mkdir()
+    (out / "checkpoint" / "mine.pt").write_bytes(b"weights")  # the user's, after run 1
+    with pytest.raises(DsdoctorError, match="checkpoint there was not written by dsdoctor smoke"):
+        prepare_out(out)
+    assert (out / "checkpoint" / "mine.pt").read_bytes() == b"weights" and (out / "train.log").read_text() == "run 1"
+    (out / "checkpoint" / "mine.pt").unlink()
+    (out / "checkpoint").rmdir()
+    prepare_out(out)  # without it, the re-run clears what run 1 wrote
+    assert not (out / "adapter").exists() and not (out / "train.log").exists()
+
+
+def test_a_second_smoke_on_the_same_out_is_refused_while_the_first_runs(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "smoke"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pathlib import Path; from dsdoctor.commands.smoke.outdir import prepare_out; "
+        f"prepare_out(Path({str(out)!r})); print('ready', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        (out / "train.log").write_text("the first run's log")
+        with pytest.raises(DsdoctorError, match=rf"another dsdoctor smoke is running in it \(PID {holder.pid}\)"):
+            prepare_out(out)
+        assert (out / "train.log").read_text() == "the first run's log"
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    prepare_out(out)  # the kernel released the lock with the process
+
+
+def test_an_old_plain_text_marker_still_marks_the_outputs_as_smokes(tmp_path):
+    out = tmp_path / "smoke"
+    out.mkdir()
+    (out / MARKER).write_text("written by dsdoctor smoke: a later run clears its own outputs here\n")
+    (out / "checkpoint").mkdir()
+    prepare_out(out)
+    assert not (out / "checkpoint").exists()

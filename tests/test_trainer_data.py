@@ -57,10 +57,10 @@ def test_bundled_tokenizer_ids(tokenizer):
 
 
 def test_format_prompt_uses_chatglm_template(tokenizer):
-    ids = train.format_prompt(tokenizer, "auto", "Hi", None)
+    ids = train.format_prompt(tokenizer, "auto", "Hi")
     assert ids == tokenizer("问：Hi\n答：")["input_ids"]
-    assert train.format_prompt(tokenizer, "auto", "Hi", "there") == tokenizer("问：Hi\nthere\n答：")["input_ids"]
-    assert train.format_prompt(tokenizer, "Q: {instruction} A:", "Hi", None) == tokenizer("Q: Hi A:")["input_ids"]
+    assert train.format_prompt(tokenizer, "auto", [("user", "Hi\nthere")]) == tokenizer("问：Hi\nthere\n答：")["input_ids"]
+    assert train.format_prompt(tokenizer, "Q: {instruction} A:", "Hi") == tokenizer("Q: Hi A:")["input_ids"]
 
 
 # ------------------------------------------------------------------------------------------- build_dataset
@@ -71,7 +71,7 @@ def test_bundled_dataset_has_502_samples(dataset):
 
 def test_labels_mask_exactly_the_prompt(dataset, tokenizer):
     for sample, row in zip(dataset, BUNDLED_LINES):
-        prompt = train.format_prompt(tokenizer, "auto", row["instruction"], row.get("input"))
+        prompt = train.format_prompt(tokenizer, "auto", row["instruction"] + ("\n" + row["input"] if row.get("input") else ""))
         ids, labels = sample["input_ids"], sample["labels"]
         n = len(prompt)
         assert len(ids) == len(labels) <= 256
@@ -85,7 +85,7 @@ def test_labels_mask_exactly_the_prompt(dataset, tokenizer):
 
 def test_truncation_keeps_prompt_and_cuts_the_answer(tokenizer, tmp_path):
     row = {"instruction": "Say it", "output": "one two three four five six seven eight nine ten"}
-    prompt = train.format_prompt(tokenizer, "auto", row["instruction"], None)
+    prompt = train.format_prompt(tokenizer, "auto", row["instruction"])
     (sample,) = train.build_dataset(write_jsonl(tmp_path / "d.jsonl", [json.dumps(row)]), tokenizer, "auto",
                                     len(prompt) + 3)
     assert len(sample["input_ids"]) == len(prompt) + 3
@@ -113,9 +113,14 @@ def test_broken_json_on_line_3_is_data702(tokenizer, tmp_path):
 @pytest.mark.parametrize("row, kind", [
     ({"output": "x"}, "no 'instruction' key"),
     ({"instruction": "x"}, "no 'output' key"),
-    ({"instruction": 3, "output": "x"}, "instruction, input and output must be strings"),
-    ({"instruction": "x", "input": 5, "output": "x"}, "instruction, input and output must be strings"),
-    (["instruction", "output"], "a JSON list, not an object"),
+    ({"instruction": 3, "output": "x"}, "'instruction' is a JSON number, not a string"),
+    ({"instruction": "x", "input": 5, "output": "x"}, "'input' is a JSON number, not a string"),
+    ({"instruction": "x", "input": 0, "output": "x"}, "'input' is a JSON number, not a string"),
+    (["instruction", "output"], "a JSON array, not an object"),
+    ({"prompt": "x"}, "no 'response' key"),
+    ({"messages": [{"role": "user", "content": "x"}]}, "'messages' has no assistant turn to learn"),
+    ({"messages": [{"role": "bot", "content": "x"}]}, "messages[0] has role 'bot'"),
+    ({"text": "x"}, "no known fields (keys: text)"),
 ])
 def test_missing_or_non_string_fields_are_data702(tokenizer, tmp_path, row, kind):
     path = write_jsonl(tmp_path / "d.jsonl", [GOOD, json.dumps(row)])
@@ -133,7 +138,7 @@ def test_malformed_wins_over_no_target(tokenizer, tmp_path):
 
 def test_seq_len_shorter_than_prompt_is_data701(tokenizer, tmp_path):
     row = {"instruction": "a fairly long instruction that surely needs more than a few tokens", "output": "ok"}
-    prompt = train.format_prompt(tokenizer, "auto", row["instruction"], None)
+    prompt = train.format_prompt(tokenizer, "auto", row["instruction"])
     path = write_jsonl(tmp_path / "d.jsonl", [json.dumps(row)])
     for seq_len in (len(prompt) - 1, len(prompt)):  # a prompt as long as the sequence leaves no answer
         with pytest.raises(train.SetupError) as err:
@@ -284,9 +289,9 @@ def test_a_tokenizer_chat_template_is_used_when_present(tokenizer):
     chat = copy.deepcopy(tokenizer)
     chat.chat_template = ("{% for m in messages %}<|user|>{{ m['content'] }}{% endfor %}"
                           "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-    assert chat.decode(train.format_prompt(chat, "auto", "hi there", None)) == "<|user|>hi there<|assistant|>"
-    assert chat.decode(train.format_prompt(chat, "chatglm", "hi there", None)) == "问：hi there\n答："
-    assert chat.decode(train.format_prompt(chat, "Q: {instruction} A:", "hi", "x")) == "Q: hi\nx A:"
+    assert chat.decode(train.format_prompt(chat, "auto", "hi there")) == "<|user|>hi there<|assistant|>"
+    assert chat.decode(train.format_prompt(chat, "chatglm", "hi there")) == "问：hi there\n答："
+    assert chat.decode(train.format_prompt(chat, "Q: {instruction} A:", [("user", "hi\nx")])) == "Q: hi\nx A:"
 
 
 def test_a_json_array_file_and_a_binary_file_are_data702(tokenizer, tmp_path):

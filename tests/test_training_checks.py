@@ -378,3 +378,82 @@ def test_loss_means_are_the_finite_means_of_the_two_windows():
     assert loss_means([7.0] * 10 + [5.0] * 10) == (7.0, 5.0)
     with pytest.raises(ValueError):
         loss_means([1.0])
+
+
+# ------------------------------------------------------------------------------------------- issue 12: our model, not
+# the user's setup. A flat loss on a random init under a real fine-tuning learning rate is inconclusive (TRN611) when
+# the optimizer did move the parameters; no movement, or lr 0 at every step, stays a setup error.
+FLAT = [7.40 + 0.01 * ((i * 7) % 5) for i in range(100)]
+MOVED = {"relative_change": 3e-4, "mean_abs_change": 1e-5, "tensors_changed": 16, "tensors": 16}
+
+
+def test_a_flat_loss_on_the_bundled_random_init_with_moving_parameters_is_inconclusive():
+    (f,) = loss_verdicts(FLAT, context={"parameter_change": MOVED, "lr_peak": 2e-5, "random_init": True,
+                                        "bundled_model": True, "method": "lora"})
+    assert (f.id, f.severity) == ("TRN611", "warning")
+    assert "peak learning rate applied 2e-05" in f.evidence and "16 of 16 tensors changed" in f.evidence
+    assert "the bundled tiny model, a random init" in f.evidence
+    assert f"at least {training.BUNDLED_LEARNS_AT['lora']:g} for lora in 100 steps (yours: 2e-05)" in f.fix
+    assert "--model DIR with its weights" in f.fix and "labels" not in f.fix  # the user's setup is not blamed
+
+
+def test_a_flat_loss_with_no_parameter_moved_is_a_setup_error_even_on_the_random_init():
+    (f,) = loss_verdicts(FLAT, context={"parameter_change": {**MOVED, "tensors_changed": 0, "relative_change": 0.0},
+                                        "lr_peak": 2e-5, "random_init": True, "bundled_model": True})
+    assert (f.id, f.severity, f.title) == ("TRN601", "error", "The optimizer changed no trainable parameter")
+    assert "model_parameters" in f.fix
+
+
+def test_a_zero_learning_rate_is_a_setup_error():
+    (f,) = loss_verdicts(FLAT, context={"parameter_change": MOVED, "lr_peak": 0.0, "random_init": True})
+    assert (f.id, f.severity, f.title) == ("TRN601", "error", "The learning rate was 0 at every step")
+
+
+def test_a_flat_loss_on_real_weights_stays_an_error():
+    (f,) = loss_verdicts(FLAT, context={"parameter_change": MOVED, "lr_peak": 2e-5, "random_init": False})
+    assert (f.id, f.severity, f.title) == ("TRN601", "error", "Loss did not go down")
+    assert "16 of 16 tensors changed" in f.evidence
+
+
+def test_steady_climb_inside_the_tolerance_is_a_finding():
+    # issue 12: 20 steps on the CPU, 0.47 -> 0.70 GiB step after step: inside 10% + 256 MiB, but a climb
+    series = {0: [int((0.47 + 0.23 * i / 19) * GiB) for i in range(20)], 1: [int(0.47 * GiB)] * 20}
+    f = memory_verdict(series, "cpu")
+    assert (f.id, f.severity, f.title) == ("TRN604", "warning", "Memory climbs step after step")
+    assert "rank 0 +12.4 MiB per step, higher at 100% of steps" in f.evidence and "rank 1" not in f.evidence.split(
+        "climbs steadily")[1]
+    assert "--steps 200" in f.fix
+
+
+@pytest.mark.parametrize("series", [
+    [GiB + (i % 3) * 4 * MiB for i in range(40)],  # allocator noise
+    [GiB] * 10 + [GiB + 200 * MiB] + [GiB] * 10,  # one spike
+    [GiB + i * MiB // 2 for i in range(40)],  # +17 MiB over the 35 judged steps: under 2% of 1 GiB and 32 MiB
+])
+def test_noise_spikes_and_tiny_growth_are_not_a_climb(series):
+    assert memory_verdict({0: series}, "cpu").severity == "ok"
+
+
+def test_a_small_adapter_effect_with_moved_parameters_is_inconclusive_not_unchanged():
+    # issue 12: 20 steps at a real learning rate on the random init: the save round-trips exactly, the effect is
+    # below the fp32 tolerance
+    verify = {**GOOD, "reload_max_diff": 0.0, "merge_max_diff": 0.0, "adapter_effect": 4e-4, "roundtrip_ok": True}
+    f = checkpoint_verdict(verify, "lora", MOVED)
+    assert (f.id, f.severity) == ("TRN605", "ok")  # 4e-4 stands out from exact reloads (more than 10x their 0)
+    f = checkpoint_verdict({**verify, "reload_max_diff": 1e-4, "merge_max_diff": 1e-4}, "lora", MOVED)
+    assert (f.id, f.severity, f.title) == ("TRN605", "warning", "Save round-trips; what it learned is too small to see")
+    assert checkpoint_verdict({**verify, "adapter_effect": 0.0}, "lora", MOVED).severity == "error"
+
+
+def test_a_timed_out_run_is_an_error_even_when_it_was_still_advancing():
+    import time as _time
+
+    from dsdoctor.commands.smoke.judge import timeout_finding
+
+    now = _time.time()
+    rows = {r: [{"step": i, "step_time_s": 0.2, "time": now - 1} for i in range(1, 40)] for r in (0, 1)}
+    f = timeout_finding(rows, 2, 100, 12, [])
+    assert (f.id, f.severity, f.title) == ("TRN608", "error", "Run did not finish within --timeout")
+    assert "still advancing at 0.20 s/step" in f.evidence and "not judged" in f.fix
+    building = timeout_finding({}, 2, 100, 12, [{"op": "deepspeed_shm_comm", "path": "/x/lock", "by": "this run"}])
+    assert building.title == "Run timed out while DeepSpeed's op was still building"

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -63,7 +62,7 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     """The body of ``dsdoctor nccl``. Raises DsdoctorError for bad options or a backend that cannot run here."""
     from dsdoctor.checks.environment import collect, diagnose
     from dsdoctor.checks.network import free_port
-    from dsdoctor.launch import launcher_command, stop_on_termination, terminate_tree
+    from dsdoctor.launch import launched, launcher_command
 
     if nproc < 1 or nproc > 512:
         raise DsdoctorError(f"--nproc must be between 1 and 512, got {nproc}")
@@ -99,12 +98,10 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     # the ranks' output goes to a file: a pipe read only at the end fills up (64 KiB) under NCCL_DEBUG=INFO and
     # blocks the ranks, which then look hung
     launcher_log = open(out / "launcher.log", "w")
-    proc = subprocess.Popen(cmd, stdout=launcher_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
     stage_started = {"rendezvous": start}
     timed_out = None
     try:
-        with stop_on_termination():
+        with launched(cmd, env, launcher_log, grace_s=2) as proc:  # every rank stopped however this block ends
             while True:
                 marks = read_marks(out)
                 stage, behind, failures = progress(marks, nproc)
@@ -122,13 +119,10 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
                     break
                 time.sleep(0.2)
     except KeyboardInterrupt:
-        terminate_tree(proc, grace_s=2)
         launcher_log.close()
         shutil.rmtree(out, ignore_errors=True)  # no report names it after an interrupt
         raise
     finally:
-        if proc.poll() is None:
-            terminate_tree(proc, grace_s=2)
         launcher_log.close()
     output = (out / "launcher.log").read_bytes()[-20000:].decode("utf-8", "replace")
     marks = read_marks(out)

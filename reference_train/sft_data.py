@@ -1,0 +1,160 @@
+"""The instruction data formats the reference trainer reads, as plain Python (no torch): one JSON object per line.
+
+Three shapes, the ones LLaMA-Factory's dataset_info.json and the tutorials use:
+
+- Alpaca: ``{"instruction": ..., "input": ... (optional), "output": ...}`` (the tutorials' ``train.json``);
+- prompt/response: ``{"prompt": ..., "response": ...}`` (ChatGLM's and many SFT sets; ``query`` is taken for
+  ``prompt`` as ChatGLM-6B's ptuning scripts do, and an optional ``history`` of ``[question, answer]`` pairs);
+- conversations: ``{"messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}`` (OpenAI / the HF chat
+  template format), or ShareGPT's ``{"conversations": [{"from": "human"|"gpt"|"system", "value": ...}, ...]}``.
+
+Every shape becomes a :class:`Record`: the conversation up to the last assistant turn (the prompt, as chat messages)
+and that turn's text (the answer; only it is trained on, prompt labels are -100). :func:`read_records` collects every
+problem with its line number, so that a user fixes the file once, not one error per launch. ``dsdoctor smoke`` runs it
+before any rank starts; the trainer runs it again (it can be launched on its own).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+#: ShareGPT's speaker names -> chat roles
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
+                  "chatgpt": "assistant", "bing": "assistant", "bard": "assistant"}
+#: at most this many problems are listed (the count says how many there are)
+SHOWN_PROBLEMS = 5
+
+
+@dataclass(frozen=True)
+class Record:
+    """One training sample: ``prompt`` as chat messages (role, content), ending with a user turn; ``answer`` the
+    assistant text to learn; ``line`` the 1-based line of the file."""
+
+    prompt: tuple[tuple[str, str], ...]
+    answer: str
+    line: int
+
+    def flat_prompt(self) -> str:
+        """The prompt as one instruction text, for a tokenizer without a chat template: earlier turns first."""
+        return "\n".join(content for _, content in self.prompt)
+
+
+class DataProblems(Exception):
+    """``rule`` (DATA701 a sample with no answer, DATA702 malformed) and the message naming the lines."""
+
+    def __init__(self, rule: str, message: str):
+        super().__init__(message)
+        self.rule = rule
+
+
+def _text(row: dict, key: str, where: list[str], required: bool = True) -> str | None:
+    value = row.get(key)
+    if value is None:
+        if required:
+            where.append(f"no {key!r} key")
+        return None
+    if not isinstance(value, str):
+        where.append(f"{key!r} is a JSON {_kind(value)}, not a string")
+        return None
+    return value
+
+
+def _kind(value) -> str:
+    return {dict: "object", list: "array", bool: "boolean", int: "number", float: "number"}.get(type(value), "null")
+
+
+def parse_row(row, line: int) -> tuple[Record | None, list[str]]:
+    """One parsed JSON value -> (Record or None, problems). Never raises."""
+    problems: list[str] = []
+    if not isinstance(row, dict):
+        return None, [f"a JSON {_kind(row)}, not an object"]
+    if "messages" in row or "conversations" in row:
+        key = "messages" if "messages" in row else "conversations"
+        turns = row[key]
+        if not isinstance(turns, list) or not turns:
+            return None, [f"{key!r} must be a non-empty array of turns"]
+        parsed = []
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, dict):
+                return None, [f"{key}[{i}] is a JSON {_kind(turn)}, not an object"]
+            role = turn.get("role", turn.get("from"))
+            content = turn.get("content", turn.get("value"))
+            role = SHAREGPT_ROLES.get(role, role) if isinstance(role, str) else role
+            if role not in ("system", "user", "assistant"):
+                return None, [f"{key}[{i}] has role {role!r}; expected system, user or assistant (or ShareGPT's "
+                              f"human, gpt)"]
+            if not isinstance(content, str):
+                return None, [f"{key}[{i}] content is a JSON {_kind(content)}, not a string"]
+            parsed.append((role, content))
+        last = max((i for i, (role, _) in enumerate(parsed) if role == "assistant"), default=None)
+        if last is None:
+            return None, [f"{key!r} has no assistant turn to learn"]
+        if not any(role == "user" for role, _ in parsed[:last]):
+            return None, [f"{key!r} has no user turn before the last assistant turn"]
+        return Record(tuple(parsed[:last]), parsed[last][1], line), []
+    if "instruction" in row or "output" in row:
+        instruction = _text(row, "instruction", problems)
+        extra = _text(row, "input", problems, required=False)
+        answer = _text(row, "output", problems)
+        if problems:
+            return None, problems
+        user = instruction + ("\n" + extra if extra else "")
+        return Record((("user", user),), answer, line), []
+    if "prompt" in row or "query" in row:
+        key = "prompt" if "prompt" in row else "query"
+        prompt = _text(row, key, problems)
+        answer = _text(row, "response", problems)
+        history = row.get("history") or []
+        turns: list[tuple[str, str]] = []
+        if not isinstance(history, list) or not all(
+                isinstance(h, (list, tuple)) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in history):
+            problems.append("'history' must be an array of [question, answer] string pairs")
+        else:
+            for question, reply in history:
+                turns += [("user", question), ("assistant", reply)]
+        if problems:
+            return None, problems
+        return Record(tuple(turns) + (("user", prompt),), answer, line), []
+    keys = ", ".join(sorted(map(str, row))[:6]) or "none"
+    return None, [f"no known fields (keys: {keys}); expected instruction/output, prompt/response, or messages"]
+
+
+def read_records(text: str, name: str) -> list[Record]:
+    """Every record of the JSON-lines ``text`` (the file ``name``), or DataProblems listing every bad line at once:
+    DATA702 for malformed lines, DATA701 for samples whose answer is empty (nothing to learn: an all -100 label row
+    gives a NaN loss)."""
+    if text.lstrip().startswith("["):
+        raise DataProblems("DATA702", f"{name}: one JSON array, not JSON lines: write one object per line "
+                                      f"(python -c \"import json,sys; [print(json.dumps(r, ensure_ascii=False)) "
+                                      f"for r in json.load(open(sys.argv[1]))]\" FILE > FILE.jsonl)")
+    records, malformed, empty = [], [], []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            malformed.append(f"line {line_no}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        except (ValueError, RecursionError):
+            malformed.append(f"line {line_no}: not JSON")
+            continue
+        record, problems = parse_row(row, line_no)
+        if problems:
+            malformed.append(f"line {line_no}: " + "; ".join(problems))
+        elif not record.answer.strip():
+            empty.append(line_no)
+        else:
+            records.append(record)
+    if malformed:
+        raise DataProblems("DATA702", f"{name}: {len(malformed)} malformed line(s): "
+                                      + "; ".join(malformed[:SHOWN_PROBLEMS])
+                                      + (" ..." if len(malformed) > SHOWN_PROBLEMS else ""))
+    if empty:
+        lines = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
+        raise DataProblems("DATA701", f"{name}: {len(empty)} sample(s) have no answer token (an empty answer): "
+                                      f"line(s) {lines}")
+    if not records:
+        raise DataProblems("DATA702", f"{name}: no samples")
+    return records
