@@ -127,24 +127,29 @@ def report_command(func: Callable[..., Report] | None = None, *, inputs: tuple[s
                   show_default=True, help="Exit 1 when a finding is at or above this severity.")
     @functools.wraps(func)
     def wrapper(*args, json_path: str | None, fmt: str, fail_on: str, **kwargs) -> None:
+        from dsdoctor.launch import stop_on_termination
+
         try:
-            guard_outputs(kwargs, inputs, outputs, json_path)  # found before a long run, not after it
-            report = func(*args, **kwargs)
-            try:
-                _emit(report, fmt, json_path)
-                sys.stdout.flush()
-            except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
-                _stdout_gone()
-            except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
-                    raise DsdoctorError(f"cannot write the report to stdout: {exc.strerror}") from None
-                raise
+            with stop_on_termination():  # SIGTERM/SIGHUP: a message and 128 + signal, at any point of the command
+                guard_outputs(kwargs, inputs, outputs, json_path)  # found before a long run, not after it
+                report = func(*args, **kwargs)
+                try:
+                    _emit(report, fmt, json_path)
+                    sys.stdout.flush()
+                except BrokenPipeError:  # the reader stopped reading (| head): not an error of ours
+                    _stdout_gone()
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+                        raise DsdoctorError(f"cannot write the report to stdout: {exc.strerror}") from None
+                    raise
         except DsdoctorError as exc:
             click.echo(f"dsdoctor: error: {one_line(str(exc))}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("dsdoctor: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", None)
+            click.echo(f"dsdoctor: stopped by {exc} (every process it started is stopped)" if signum
+                       else "dsdoctor: interrupted", err=True)
+            sys.exit(128 + signum if signum else 130)
         except Exception as exc:  # an internal error is still one line unless asked for the traceback
             if os.environ.get("DSDOCTOR_DEBUG"):
                 raise

@@ -241,18 +241,26 @@ def _alive(pid: int) -> bool:
         return False
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that the same cleanup runs; ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 @contextlib.contextmanager
 def stop_on_termination():
-    """While the block runs, SIGTERM and SIGHUP raise KeyboardInterrupt, so the caller's Ctrl-C cleanup
-    (:func:`terminate_tree`) also runs when dsdoctor itself is killed or its terminal closes: the ranks run in their
-    own session and would otherwise outlive it. Outside the main thread (where Python cannot set handlers) it does
-    nothing."""
+    """While the block runs, SIGTERM and SIGHUP raise :class:`Terminated` (a KeyboardInterrupt), so the caller's Ctrl-C
+    cleanup (:func:`terminate_tree`) also runs when dsdoctor itself is killed or its terminal closes: the ranks run in
+    their own session and would otherwise outlive it. Outside the main thread (where Python cannot set handlers) it
+    does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        raise Terminated(signum)
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:

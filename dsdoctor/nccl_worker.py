@@ -32,10 +32,15 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 def parse_size(text: str) -> int:
     """'1M' -> 1048576 bytes (K, M, G are powers of 1024)."""
+    import math
+
     units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
     text = text.strip().upper().rstrip("B")
     if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
+        number = float(text[:-1])  # ValueError for a non-number
+        if not math.isfinite(number):  # 'infM' and 'nanG': a ValueError, not an OverflowError from int()
+            raise ValueError(f"{text!r} is not a finite size")
+        return int(number * units[text[-1]])
     return int(text)
 
 

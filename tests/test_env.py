@@ -170,7 +170,7 @@ def test_command_json_markdown_only_and_from(runner, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args,message", [
     (["--only", "gpus"], "sections are versions, toolchain, gpu, host, network"),
-    (["--from", "/no/such.json"], "cannot read it"),
+    (["--from", "/no/such.json"], "--from /no/such.json: no such file"),
     (["--output-dir", "/no/such/dir"], "not a directory"),
 ])
 def test_bad_input(runner, args, message):

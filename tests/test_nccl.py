@@ -210,3 +210,70 @@ def test_the_telling_line_of_the_launcher_output():
     assert telling_line(output) == "dsdoctor nccl: rank 5 (node0) stuck in stage rendezvous for 30 s"
     assert telling_line("a\nRuntimeError: boom\n----\n") == "RuntimeError: boom"
     assert telling_line("") == "(none)"
+
+
+# ------------------------------------------------------------------------------------------- issue 12
+def test_sigterm_is_a_message_and_exit_143_with_every_rank_stopped():
+    import signal
+
+    import psutil
+
+    from dsdoctor.checks.network import free_port, port_in_use
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MASTER_PORT=str(port), DSDOCTOR_NCCL_SIMULATE_MISSING="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "nccl", "--nproc", "2", "--backend", "gloo",
+                             "--timeout", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not port_in_use(port):
+        assert time.time() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    time.sleep(1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, (proc.returncode, stderr[-800:])
+    assert stderr.strip().endswith("dsdoctor: stopped by SIGTERM (every process it started is stopped)")
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == []
+
+
+def test_a_port_taken_between_the_check_and_the_launch_is_net401_not_a_collective_failure(monkeypatch):
+    """The race: the port was free when dsdoctor picked it and bound by another process before the TCPStore."""
+    from click.testing import CliRunner
+
+    from dsdoctor.checks import network
+    from dsdoctor.cli import cli
+
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(network, "free_port", lambda: port)
+        for key in ("MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            monkeypatch.delenv(key, raising=False)
+        result = CliRunner().invoke(cli, ["nccl", "--nproc", "2", "--backend", "gloo", "--timeout", "20",
+                                          "--format", "json"])
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output
+    (finding,) = [f for f in data["findings"] if f["severity"] == "error"]
+    assert finding["id"] == "NET401" and f"MASTER_PORT={port} was free when checked" in finding["evidence"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--sizes", "infM"], "--sizes infM"), (["--sizes", "nanG"], "--sizes nanG"),
+    (["--timeout", "nan"], "not a finite number"), (["--nproc", "512"], "more CPU ranks than this host can run"),
+    (["--iters", "1" + "0" * 400], "--iters"),
+])
+def test_bad_flags_are_one_line_exit_2(args, says):
+    proc, _, _ = run("--backend", "gloo", *args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("var, value", [("RANK", "abc"), ("WORLD_SIZE", "abc"), ("RANK", "5")])
+def test_a_broken_launcher_environment_is_one_line(var, value):
+    env = {"RANK": "0", "WORLD_SIZE": "2", var: value}
+    proc, _, _ = run("--backend", "gloo", env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "internal error" not in proc.stderr and ("in the launcher environment" in proc.stderr)

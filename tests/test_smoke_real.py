@@ -212,3 +212,59 @@ def test_busy_master_port_is_reported_before_any_rank_starts(tmp_path, monkeypat
     assert proc.returncode == 1 and [f["id"] for f in report["findings"]] == ["NET401"]
     assert f"MASTER_PORT={port} is already bound" in report["findings"][0]["evidence"]
     assert not (tmp_path / "out" / "train.log").exists() and time.monotonic() - start < 30
+
+
+# ------------------------------------------------------------------------------------------- issue 12: a correct user
+# config must not FAIL on our bundled random init. The tutorials' own learning rates, schedulers and step counts.
+def _ds(tmp_path, lr, scheduler):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                                "gradient_clipping": 1.0, "zero_optimization": {"stage": 2},
+                                "optimizer": {"type": "AdamW", "params": {"lr": lr, "torch_adam": True}},
+                                "scheduler": scheduler}))
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["issue-12 WarmupLR over 100 steps, 4 ranks", "tutorial A WarmupDecayLR",
+                                  "tutorial A, 20 steps"])
+def test_a_real_lora_learning_rate_on_the_bundled_model_is_inconclusive_not_a_failure(tmp_path, case):
+    if case.startswith("issue-12"):
+        sched = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-5, "warmup_num_steps": 100}}
+        extra = ["--nproc", "4"]
+    else:  # shared/tutorials: the ChatGLM LoRA config's scheduler (total_num_steps added: it lacks it)
+        sched = {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 2e-5,
+                                                     "warmup_num_steps": 200, "total_num_steps": 1000}}
+        extra = []
+    steps = "20" if "20 steps" in case else "100"
+    code, report, stderr = smoke(tmp_path, "--steps", steps, "--deepspeed", _ds(tmp_path, 2e-5, sched), *extra)
+    found = by_id(report)
+    assert code == 0, (report.get("findings"), stderr[-2000:])
+    if steps == "100":
+        assert "TRN601" not in found and found["TRN611"]["severity"] == "warning"
+        assert "the optimizer moved the parameters" in found["TRN611"]["fix"]
+        assert "labels" not in found["TRN611"]["fix"]  # the user's setup is not blamed
+        assert report["result"]["parameter_change"]["tensors_changed"] == 16
+    else:
+        assert found["TRN603"]["severity"] == "warning"  # 20 steps: too few to judge the loss
+    assert found["TRN605"]["severity"] in ("ok", "warning"), found["TRN605"]
+    assert "holds nothing learned" not in found["TRN605"]["evidence"]
+
+
+def test_the_trainer_tutorials_full_fine_tune_learns_on_the_bundled_model(tmp_path):
+    # shared/tutorials: TrainingArguments(learning_rate=2e-5, lr_scheduler_type="cosine", warmup_ratio=0.1), the
+    # engine-loop equivalent is DeepSpeed's WarmupCosineLR
+    sched = {"type": "WarmupCosineLR", "params": {"warmup_min_ratio": 0.0, "warmup_num_steps": 10,
+                                                  "total_num_steps": 100, "cos_min_ratio": 0.0}}
+    code, report, stderr = smoke(tmp_path, "--steps", "100", "--method", "full",
+                                 "--deepspeed", _ds(tmp_path, 2e-5, sched))
+    assert code == 0, (report.get("findings"), stderr[-2000:])
+    assert by_id(report)["TRN601"]["severity"] == "ok"
+
+
+def test_a_timed_out_run_exits_1_even_while_advancing(tmp_path):
+    """issue 12: `--timeout 12` gave WARN TRN608 and exit 0, with the loss and the save never checked."""
+    code, report, _ = smoke(tmp_path, "--steps", "100000", "--timeout", "60", "--no-verify")
+    assert code == 1
+    finding = by_id(report)["TRN608"]
+    assert finding["severity"] == "error"
+    assert processes_mentioning(str(tmp_path / "out")) == []

@@ -50,12 +50,13 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
         if unknown or not sections:
             raise DsdoctorError(f"--only {only}: sections are {', '.join(SECTIONS)}")
     if from_file:
+        from dsdoctor.files import read_input, shown
+
+        raw = read_input(from_file, "--from", 16 * 2 ** 20, what="dsdoctor env report")
         try:
-            data = json.loads(Path(from_file).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise DsdoctorError(f"--from {from_file}: cannot read it ({exc.strerror})") from None
+            data = json.loads(raw.decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise DsdoctorError(f"--from {from_file}: not valid JSON") from None
+            raise DsdoctorError(f"--from {shown(from_file)}: not valid JSON") from None
         result = data.get("result") if isinstance(data, dict) else None
         facts = result.get("facts") if isinstance(result, dict) else None
         if not isinstance(facts, dict):
@@ -67,7 +68,7 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
         try:
             findings = envcheck.diagnose(facts, live=False)
             rows = envcheck.paste_block(facts)
-        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError, IndexError, OverflowError) as exc:
             raise DsdoctorError(f"--from {from_file}: facts of an unexpected shape ({type(exc).__name__}: "
                                 f"{str(exc)[:120]})") from None
     else:

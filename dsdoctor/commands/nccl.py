@@ -18,8 +18,8 @@ from pathlib import Path
 
 import click
 
-from dsdoctor.cli import report_command
-from dsdoctor.checks.network import NET407, NET408, NET409, plateau
+from dsdoctor.cli import FiniteFloat, report_command
+from dsdoctor.checks.network import NET401, NET407, NET408, NET409, plateau
 from dsdoctor.report import DsdoctorError, Report
 
 STAGES = ("rendezvous", "barrier", "all_reduce", "all_gather", "reduce_scatter", "broadcast", "sweep", "done")
@@ -62,10 +62,18 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     """The body of ``dsdoctor nccl``. Raises DsdoctorError for bad options or a backend that cannot run here."""
     from dsdoctor.checks.environment import collect, diagnose
     from dsdoctor.checks.network import free_port
-    from dsdoctor.launch import launched, launcher_command
+    from dsdoctor.hardware import visible_gpus
+    from dsdoctor.launch import CPU_RANK_BYTES, cpu_rank_problem, launched, launcher_command
 
-    if nproc < 1 or nproc > 512:
-        raise DsdoctorError(f"--nproc must be between 1 and 512, got {nproc}")
+    if nproc < 1:
+        raise DsdoctorError(f"--nproc must be at least 1, got {nproc}")
+    gpus = visible_gpus()
+    if backend == "nccl" and nproc > len(gpus):
+        raise DsdoctorError(f"--nproc {nproc} but {len(gpus)} GPU(s) visible: one nccl rank per GPU")
+    if backend == "gloo":
+        problem = cpu_rank_problem(nproc, CPU_RANK_BYTES["nccl"])
+        if problem:
+            raise DsdoctorError(problem)
     if not 1 <= timeout_s <= 86400:
         raise DsdoctorError(f"--timeout must be between 1 and 86400 seconds, got {timeout_s}")
     from dsdoctor.nccl_worker import parse_size
@@ -165,6 +173,11 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
         report.add(NET407.finding(
             f"stage {stage_name} after {timeout_s:g} s; {'; '.join(detail)}",
             fix=f"Likely causes at {stage_name}: {CAUSES.get(stage_name, CAUSES['barrier'])}."))
+    elif port_taken(output, failures):
+        report.add(NET401.finding(
+            f"MASTER_PORT={port} was free when checked and taken when the ranks bound it (EADDRINUSE): another "
+            f"process bound it in between; last output: {telling_line(output)}",
+            fix="Run again (dsdoctor picks a new free port), or set MASTER_PORT to a port no other job uses."))
     elif failures:
         for rank, m in failures[:8]:
             report.add(NET408.finding(f"rank {rank}, stage {m['stage']}: {m.get('error', '')}"))
@@ -208,6 +221,17 @@ def sweep_memory_problem(largest: int, nproc: int, backend: str) -> str | None:
         return (f"--sizes up to {largest / 2 ** 30:.1f} GiB needs about {need / 2 ** 30:.0f} GiB per GPU; the "
                 f"smallest visible GPU has {smallest / 2 ** 30:.0f} GiB: use smaller --sizes")
     return None
+
+
+#: how torch's TCPStore and the OS say the rendezvous port is taken (c10d/socket.cpp: "address already in use",
+#: "EADDRINUSE", errno 98)
+PORT_TAKEN = ("EADDRINUSE", "address already in use", "Address already in use", "errno: 98")
+
+
+def port_taken(output: str, failures: list) -> bool:
+    """Whether the ranks failed because the rendezvous port was taken (the launcher's output, or a rank's error)."""
+    texts = [output] + [str(m.get("error", "")) for _, m in failures]
+    return any(marker in text for text in texts for marker in PORT_TAKEN)
 
 
 def telling_line(output: str) -> str:
@@ -255,6 +279,22 @@ def rank_rows(marks: dict[int, list[dict]]) -> list[dict]:
     return rows
 
 
+def launcher_int(name: str, fallback: str, default: int, least: int) -> int:
+    """An integer the launcher put in the environment (``RANK``, else SLURM's name for it). Raises DsdoctorError for a
+    value that is not a plain integer of at most 7 digits, or below ``least``: ``RANK=abc`` is a broken launch line,
+    not an internal error."""
+    import re
+
+    for key in (name, fallback):
+        value = os.environ.get(key)
+        if value is None or not value.strip():
+            continue
+        if not re.fullmatch(r"\s*[0-9]{1,7}\s*", value) or int(value) < least:
+            raise DsdoctorError(f"{key}={value[:20]!r} in the launcher environment is not an integer >= {least}")
+        return int(value)
+    return default
+
+
 def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -> Report:
     """``dsdoctor nccl`` started by torchrun, ``deepspeed --hostfile`` or ``srun`` (RANK and WORLD_SIZE, or SLURM_*,
     are set): this process is one rank. Every rank runs the stages with its own watchdog (a stuck rank prints its
@@ -262,8 +302,10 @@ def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -
     took part."""
     from dsdoctor import nccl_worker
 
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
-    world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
+    rank = launcher_int("RANK", "SLURM_PROCID", default=0, least=0)
+    world = launcher_int("WORLD_SIZE", "SLURM_NTASKS", default=1, least=1)
+    if rank >= world:
+        raise DsdoctorError(f"RANK={rank} is not below WORLD_SIZE={world} in the launcher environment")
     # one directory per job on this node: torchrun's run id is "none" unless --rdzv-id is given, so the master port
     # (one job per port at a time) tells concurrent jobs apart
     job = "-".join(os.environ.get(k, "") for k in ("SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_PORT"))
@@ -298,7 +340,7 @@ def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -
             from dsdoctor.checks.network import busbw_findings, local_link
 
             add_sweep(report, sweep, world, backend)
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", world)) or world)
+            local = launcher_int("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", default=world, least=1)
             nodes = max(1, -(-world // max(local, 1)))
             link = local_link(local, nodes=nodes, interface=joined.get("interface")) if backend == "nccl" else None
             report.result["link"] = link
@@ -308,12 +350,15 @@ def run_under_launcher(backend: str, timeout_s: float, sizes: str, iters: int) -
 
 
 @click.command("nccl")
-@click.option("--nproc", type=int, default=None, help="Local ranks (default: the visible GPUs, else 2).")
+@click.option("--nproc", type=click.IntRange(1, 4096), default=None,
+              help="Local ranks (default: the visible GPUs, else 2).")
 @click.option("--backend", type=click.Choice(["nccl", "gloo"]), default=None,
               help="nccl with GPUs, gloo on the CPU (default: by what is here).")
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True, help="Seconds per stage.")
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=1, max=86400), default=60.0, show_default=True,
+              help="Seconds per stage.")
 @click.option("--sizes", default="1M,16M,64M", show_default=True, help="All-reduce sizes of the sweep.")
-@click.option("--iters", type=int, default=5, show_default=True, help="Timed iterations per size.")
+@click.option("--iters", type=click.IntRange(1, 10 ** 6), default=5, show_default=True,
+              help="Timed iterations per size.")
 @report_command
 def nccl(nproc, backend, timeout_s, sizes, iters) -> Report:
     """Rendezvous, barrier, collectives with known values and a bandwidth sweep across local ranks, each stage
