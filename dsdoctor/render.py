@@ -33,7 +33,9 @@ def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append((key, ", ".join(_cell(key, v) for v in value)))
         elif isinstance(value, dict) and 0 < len(value) <= 4 and all(
                 isinstance(v, (str, int, float, bool)) or v is None for v in value.values()):
-            rows.append((key, ", ".join(f"{k} {_cell(k, v)}" for k, v in value.items())))
+            # a dict under a *_bytes key (phases_bytes) holds bytes too, whatever its own keys are called
+            rows.append((key, ", ".join(f"{k} {_cell(key if key.endswith('_bytes') else k, v)}"
+                                        for k, v in value.items())))
     return rows
 
 
