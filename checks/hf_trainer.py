@@ -302,7 +302,9 @@ def _py(value: Any) -> str:
 
 
 def _default_for(path: str, schema: dict):
-    from dsdoctor.checks.deepspeed_config import MISSING, _field_index, _section_of
+    from dsdoctor.checks.deepspeed_config.autos import _section_of
+    from dsdoctor.checks.deepspeed_config.keys import _field_index
+    from dsdoctor.checks.deepspeed_config.values import MISSING
 
     section = _section_of(path, schema)
     if section is None:
