@@ -543,3 +543,75 @@ def test_twenty_thousand_stray_keys_are_summarised():
 def test_negative_learning_rate():
     assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": -1}}}) == [
         "DS137"]
+
+
+# ------------------------------------------------------------------------------------------------ HJSON (issue 12)
+_BODY = '"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 2e-5}}'
+HJSON_FORMS = [  # (text, line, column, what is there): each is read by DeepSpeed's hjson.load, refused by json.load
+    ("{" + _BODY + ",}", 1, 94, "a trailing comma"),
+    ("{\n  # ZeRO-2\n  " + _BODY + "\n}", 2, 3, "a comment"),
+    ("{\n  // ZeRO-2\n  " + _BODY + "\n}", 2, 3, "a comment"),
+    ("{/* ZeRO-2 */ " + _BODY + "}", 1, 2, "a comment"),
+    ("{train_micro_batch_size_per_gpu: 2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5}}}", 1, 2,
+     "an unquoted key"),
+    ("{'train_micro_batch_size_per_gpu': 2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5}}}", 1, 2,
+     "a single-quoted string"),
+    ("train_micro_batch_size_per_gpu: 2\noptimizer: {\n  type: AdamW\n  params: {lr: 2e-5}\n}\n", 1, 1,
+     "no root braces"),
+    ('{\n"train_micro_batch_size_per_gpu": 2\n"optimizer": {"type": "AdamW", "params": {"lr": 2e-5}}}', 3, 1,
+     "a missing comma"),
+    ('{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": AdamW\n, "params": {"lr": 2e-5}}}', 1, 61,
+     "an unquoted string"),
+    ("\ufeff{" + _BODY + "}", 1, 1, "byte-order mark"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, feature", HJSON_FORMS)
+def test_hjson_only_file_is_an_error_under_the_trainer_and_a_warning_under_the_engine(runner, tmp_path, text, line,
+                                                                                       column, feature):
+    path = tmp_path / "ds.json"
+    path.write_bytes(text.encode("utf-8"))
+    for launch, severity in (("trainer", "error"), ("engine", "warning")):
+        result = runner.invoke(cli, ["check", str(path), "--launch", launch, "--world-size", "1", "--json", "-"])
+        found = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "DS139"]
+        assert len(found) == 1 and found[0]["severity"] == severity, result.stdout
+        assert f"json.load stops at line {line} column {column}" in found[0]["evidence"] and \
+            feature in found[0]["evidence"], found[0]["evidence"]
+        assert "--fix OUT.json writes the config as plain JSON" in found[0]["fix"]
+        assert result.exit_code == (1 if severity == "error" else 0)
+    out = tmp_path / "fixed.json"
+    runner.invoke(cli, ["check", str(path), "--launch", "trainer", "--fix", str(out)])
+    assert json.loads(out.read_text())["train_micro_batch_size_per_gpu"] == 2  # --fix writes plain JSON
+
+
+def test_plain_json_has_no_hjson_finding(runner, tmp_path):
+    path = write(tmp_path, "{" + _BODY + "}")
+    data = json.loads(runner.invoke(cli, ["check", path, "--launch", "trainer", "--json", "-"]).stdout)
+    assert "DS139" not in [f["id"] for f in data["findings"]]
+
+
+def test_hjson_forms_are_what_deepspeed_reads_and_the_trainer_refuses(tmp_path):
+    """The real readers: DeepSpeed's DeepSpeedConfig reads each form from its path (hjson.load); accelerate's
+    HfDeepSpeedConfig, which transformers' HfDeepSpeedConfig (TrainingArguments(deepspeed=path)) inherits, raises
+    JSONDecodeError at the line and column the finding names."""
+    from unittest import mock
+
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+    from deepspeed.runtime import config as ds
+
+    for i, (text, line, column, _) in enumerate(HJSON_FORMS):
+        path = tmp_path / f"ds{i}.json"
+        path.write_bytes(text.encode("utf-8"))
+        with mock.patch.object(ds.dist, "get_world_size", return_value=1), \
+                mock.patch.object(ds.dist, "get_rank", return_value=0):
+            assert ds.DeepSpeedConfig(str(path)).train_micro_batch_size_per_gpu == 2, text
+        with pytest.raises(json.JSONDecodeError) as raised:
+            HfDeepSpeedConfig(str(path))
+        assert (raised.value.lineno, raised.value.colno) == (line, column), text
+
+
+@pytest.mark.parametrize("content", ["this is not json {", "hello", "42 apples", "{\"a\": 1} trailing"])
+def test_text_that_is_not_json_says_so_with_where(runner, tmp_path, content):
+    result = runner.invoke(cli, ["check", write(tmp_path, content)])
+    assert result.exit_code == 2 and "not valid JSON (nor HJSON)" in result.stderr and "line 1 column" in result.stderr
+    assert "top level must be" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

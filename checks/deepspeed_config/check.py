@@ -6,7 +6,7 @@ import copy
 
 from .autos import _section_of, check_autos_engine
 from .batch import check_batch
-from .keys import _field_index, check_keys
+from .keys import _field_index, check_keys, check_syntax
 from .optimizer import check_optimizer
 from .precision import check_precision
 from .result import CheckContext, CheckResult
@@ -68,6 +68,7 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
     out = CheckResult(original=config, launch=ctx.launch)
     origin: dict[str, str] = {}
     working = config
+    check_syntax(ctx, out)
     check_keys(config, ctx, out)
     if ctx.launch == "trainer":
         from dsdoctor.checks.hf_trainer import check_trainer

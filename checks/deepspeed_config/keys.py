@@ -9,7 +9,7 @@ from typing import Any
 from dsdoctor.rules import Rule
 
 from .result import CheckContext, CheckResult
-from .rules import DS130, DS131, DS132, DS133, DS134, DS135, DS137, DS138, DS140
+from .rules import DS130, DS131, DS132, DS133, DS134, DS135, DS137, DS138, DS139, DS140
 from .values import EXTRA_TOP_LEVEL, MISSING, as_bool, get_path, is_auto, is_number, show, suggest
 
 
@@ -71,6 +71,24 @@ def _type_problem(value: Any, spec: dict) -> str | None:
 _TOP_NUMBERS = ("gradient_clipping", "steps_per_print", "gradient_predivide_factor")
 _TOP_FLAGS = ("prescale_gradients", "wall_clock_breakdown", "memory_breakdown", "zero_allow_untested_optimizer",
               "zero_force_ds_cpu_optimizer", "dump_state", "disable_allgather", "dataloader_drop_last")
+
+
+def check_syntax(ctx: CheckContext, out: CheckResult) -> None:
+    """DS139: the file is HJSON only (``ctx.json_error``): DeepSpeed reads it, ``json.load`` (the HF Trainer,
+    accelerate, a loop that reads the file itself) raises JSONDecodeError. An error under the Trainer, a warning
+    under the engine (DeepSpeed given the path reads it; a loop that json.load()s it first does not)."""
+    if ctx.json_error is None:
+        return
+    msg, line, col = ctx.json_error
+    where = f"json.load stops at line {line} column {col}: {msg}" + (f"; there: {ctx.hjson_feature}"
+                                                                      if ctx.hjson_feature else "")
+    if ctx.launch == "trainer":
+        out.add(DS139.finding(f"{where}; the file is HJSON, which DeepSpeed reads but the HF Trainer's json.load "
+                              "(accelerate HfDeepSpeedConfig) refuses: JSONDecodeError at TrainingArguments"))
+    else:
+        out.add(DS139.finding(f"{where}; the file is HJSON: DeepSpeed given the path reads it (hjson.load), a "
+                              "loop that json.load()s it first, or the HF Trainer, raises JSONDecodeError",
+                              severity="warning"))
 
 
 def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:

@@ -23,6 +23,11 @@ class CheckContext:
         gpu: a :class:`dsdoctor.hardware.Gpu`, or None when unknown.
         model: a :class:`dsdoctor.models.ModelInfo`, or None.
         duplicates: keys repeated in one object of the file.
+        json_error: ``(message, line, column)`` where ``json.load`` stops on the file when it is HJSON only
+            (:func:`dsdoctor.configfile.read_ds_config_file`), else None; ``hjson_feature`` says what is there.
+        world_size_assumed: nothing gave the world size (no --world-size, no launcher WORLD_SIZE, no visible GPU):
+            ``world_size`` is a guess, so batch verdicts that depend on it are not certain and --fix leaves the
+            batch triple alone.
     """
 
     world_size: int = 1
@@ -35,6 +40,9 @@ class CheckContext:
     duplicates: list[str] = field(default_factory=list)
     schema: dict | None = None
     schema_note: str = ""
+    json_error: tuple[str, int, int] | None = None
+    hjson_feature: str = ""
+    world_size_assumed: bool = False
 
 
 @dataclass

@@ -254,6 +254,20 @@ DS138 = rule(
         "itself (error under --launch engine); json.load (the HF Trainer) silently keeps the last value (warning).",
     fix="Keep one.",
     source="deepspeed/runtime/config_utils.py dict_raise_error_on_duplicate_keys")
+DS139 = rule(
+    "DS139", "error", "HJSON that json.load cannot read (the HF Trainer)",
+    what="The config is HJSON, not JSON: a trailing comma, a comment, an unquoted key or string, single quotes, no "
+         "root braces or a UTF-8 byte-order mark. DeepSpeed reads it; json.load does not.",
+    why="DeepSpeed reads a config path with hjson.load (deepspeed/runtime/config.py DeepSpeedConfig.__init__). The "
+        "HF Trainer and accelerate read it with json.load (accelerate/utils/deepspeed.py HfDeepSpeedConfig.__init__, "
+        "which transformers' HfDeepSpeedConfig inherits; TrainingArguments(deepspeed=path) and accelerate's "
+        "DeepSpeedPlugin build one): json.decoder.JSONDecodeError when TrainingArguments is created. A loop that "
+        "json.load()s the file itself before deepspeed.initialize fails the same way.",
+    fix="Write plain JSON at the place shown (double-quoted keys and strings, no comments, no trailing comma); "
+        "dsdoctor check --fix OUT.json writes the config as plain JSON.",
+    source="accelerate/utils/deepspeed.py HfDeepSpeedConfig.__init__ (json.load); deepspeed/runtime/config.py "
+           "DeepSpeedConfig.__init__ (hjson.load)",
+    example='{"train_micro_batch_size_per_gpu": 2,} under deepspeed --deepspeed ds.json train.py (HF Trainer)')
 DS140 = rule(
     "DS140", "error", "ZeRO stage not 0 to 3",
     what="zero_optimization.stage is not 0, 1, 2 or 3.",

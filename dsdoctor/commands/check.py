@@ -50,7 +50,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     ``schema``. Raises DsdoctorError on bad input (one line, exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
-    from dsdoctor.configfile import read_ds_config, read_hf_args
+    from dsdoctor.configfile import read_ds_config_file, read_hf_args
     from dsdoctor.files import write_output
     from dsdoctor.hardware import gpu_from_name, visible_gpus
 
@@ -59,7 +59,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
-    config, duplicates = read_ds_config(config_path, "CONFIG")
+    parsed = read_ds_config_file(config_path, "CONFIG")
+    config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
     if gpu == "auto":
@@ -79,7 +80,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     schema, schema_note = load_schema()
     ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
-                       duplicates=duplicates, schema=schema, schema_note=schema_note)
+                       duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
+                       json_error=parsed.json_error, hjson_feature=parsed.hjson_feature)
     result = check_config(config, ctx)
     report = Report("check", result={
         "config": str(config_path), "world_size": ws, "world_size_source": ws_source, "launch": launch,
