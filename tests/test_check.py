@@ -615,3 +615,95 @@ def test_text_that_is_not_json_says_so_with_where(runner, tmp_path, content):
     result = runner.invoke(cli, ["check", write(tmp_path, content)])
     assert result.exit_code == 2 and "not valid JSON (nor HJSON)" in result.stderr and "line 1 column" in result.stderr
     assert "top level must be" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ world size assumed
+FOUR_GPUS = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+             "optimizer": OPT}
+
+
+@pytest.fixture
+def no_gpu_box(monkeypatch):
+    """A preparation box: no launcher, no visible GPU (CUDA_VISIBLE_DEVICES="" hides any GPU from NVML too)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def test_assumed_world_size_is_a_warning_and_fix_keeps_the_triple(runner, tmp_path, no_gpu_box):
+    """Issue 12: a config for the 4-GPU run checked on a box without GPUs was checked for world size 1 in silence,
+    and --fix rewrote train_batch_size to 8 (= 4 x 2 x 1), breaking the real run."""
+    path = write(tmp_path, FOUR_GPUS)
+    out = tmp_path / "fixed.json"
+    result = runner.invoke(cli, ["check", path, "--fix", str(out), "--json", "-"])
+    data = json.loads(result.stdout)
+    found = {f["id"]: f for f in data["findings"] if f["severity"] in ("warning", "error")}
+    assert sorted(found) == ["DS106"] and result.exit_code == 0
+    assert "world size 4 only: train_batch_size 32 / (micro 4 x gradient_accumulation_steps 2)" in \
+        found["DS106"]["evidence"] and "on world size 1 DeepSpeed would refuse them" in found["DS106"]["evidence"]
+    assert data["result"]["world_size_assumed"] is True and data["result"]["changes"] == []
+    assert json.loads(out.read_text()) == FOUR_GPUS
+    assert [u["path"] for u in data["result"]["unfixed"]] == ["train_batch_size"]
+    assert "--world-size" in data["result"]["unfixed"][0]["needs"]
+    # given the world size, the same file is checked and fixed for it
+    data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "2", "--json", "-"]).stdout)
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["DS102"]
+    assert {c["path"]: c["new"] for c in data["result"]["changes"]}["train_batch_size"] == 16
+
+
+@pytest.mark.parametrize("config, severity, text", [
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, "warning", "world size 1, 2, 4, 8 only"),
+    ({"train_batch_size": 1}, "warning", "world size 1 only"),
+    ({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}, "info", "any world size"),
+    ({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}, "warning",
+     "hold on no world size"),
+])
+def test_assumed_world_size_names_the_sizes_the_file_holds_on(config, severity, text):
+    result = check_config({**config, "optimizer": OPT}, CheckContext(world_size=1, world_size_source="guess",
+                                                                      world_size_assumed=True))
+    found = [f for f in result.findings if f.id == "DS106"]
+    assert len(found) == 1 and found[0].severity == severity and text in found[0].evidence, found
+    assert not [c for c in result.changes if c.path in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                        "gradient_accumulation_steps")]
+
+
+def test_a_known_world_size_has_no_assumption_finding():
+    assert "DS106" not in ids(FOUR_GPUS, at_least=("info", "warning", "error"), world_size=4)
+
+
+def test_trainer_batch_mismatch_is_not_claimed_for_an_assumed_world_size():
+    config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+    args = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+    assumed = check_config(config, CheckContext(launch="trainer", hf_args=args, world_size_assumed=True))
+    assert [f.id for f in assumed.findings if f.severity in ("warning", "error")] == ["DS106"]
+    assert "world size 4 only" in next(f.evidence for f in assumed.findings if f.id == "DS106")
+    assert "HF201" in ids(config, launch="trainer", hf_args=args, world_size=1)
+
+
+def test_consistent_world_sizes_agree_with_deepspeedconfig():
+    """consistent_world_sizes against DeepSpeed's own DeepSpeedConfig for world sizes 1..16."""
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds
+
+    from dsdoctor.checks.deepspeed_config import consistent_world_sizes
+
+    assert consistent_world_sizes({"train_micro_batch_size_per_gpu": 4}) is None
+    assert consistent_world_sizes({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4}) is None
+    assert consistent_world_sizes({"train_batch_size": "32"}) == []
+    assert consistent_world_sizes({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 1,
+                                   "gradient_accumulation_steps": 1}) == []  # 2048 GPUs: past the 1024 tried
+    assert consistent_world_sizes({"train_batch_size": 2048})[-1] == 1024
+    for train, micro, acc in [(32, 4, 2), (32, 4, None), (32, None, 2), (32, None, None), (30, 4, 4), (12, 3, None)]:
+        config = {k: v for k, v in zip(("train_batch_size", "train_micro_batch_size_per_gpu",
+                                        "gradient_accumulation_steps"), (train, micro, acc)) if v is not None}
+        mine = consistent_world_sizes(config)
+        for ws in range(1, 17):
+            with mock.patch.object(ds.dist, "get_world_size", return_value=ws), \
+                    mock.patch.object(ds.dist, "get_rank", return_value=0):
+                try:
+                    ds.DeepSpeedConfig(dict(config))
+                    accepted = True
+                except AssertionError:
+                    accepted = False
+            assert accepted == (ws in mine), (config, ws, mine)

@@ -23,14 +23,14 @@ The package is split by concern: ``rules`` (the DS1xx declarations), ``schema``,
 from __future__ import annotations
 
 from .autos import check_autos_engine
-from .batch import check_batch, derive_batch, valid_world_sizes
+from .batch import check_batch, check_world_size, consistent_world_sizes, derive_batch, valid_world_sizes
 from .check import check_config, effective_config
 from .fix import Change, apply_changes
 from .keys import MAX_UNKNOWN_SHOWN, check_keys, check_syntax
 from .optimizer import check_optimizer, optimizer_class
 from .precision import check_precision, precision_of
 from .result import CheckContext, CheckResult
-from .rules import (DS101, DS102, DS103, DS104, DS105, DS110, DS111, DS112, DS113, DS114, DS116, DS117, DS118,
+from .rules import (DS101, DS102, DS103, DS104, DS105, DS106, DS110, DS111, DS112, DS113, DS114, DS116, DS117, DS118,
                     DS120, DS121, DS122, DS123, DS124, DS125, DS126, DS127, DS128, DS129, DS130, DS131, DS132,
                     DS133, DS134, DS135, DS136, DS137, DS138, DS139, DS140, DS141, DS142, DS143, DS144, DS145, DS199)
 from .scheduler import check_scheduler
@@ -41,12 +41,12 @@ from .zero import check_zero, offload_device, zero_stage
 
 __all__ = [
     "BATCH_KEYS", "EXTRA_TOP_LEVEL", "MAX_UNKNOWN_SHOWN", "MISSING", "SCHEMA_DIR", "Change", "CheckContext",
-    "CheckResult", "apply_changes", "as_bool", "auto_paths", "check_autos_engine", "check_batch", "check_config",
+    "CheckResult", "apply_changes", "as_bool", "auto_paths", "check_autos_engine", "check_batch", "check_world_size", "consistent_world_sizes", "check_config",
     "check_keys", "check_syntax", "check_optimizer", "check_precision", "check_scheduler", "check_zero", "delete_path",
     "derive_batch", "effective_config", "get_path", "installed_version", "is_auto", "is_number", "load_schema",
     "offload_device", "optimizer_class", "positive_int", "precision_of", "set_path", "show", "suggest",
     "valid_world_sizes", "zero_stage",
-    "DS101", "DS102", "DS103", "DS104", "DS105", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116", "DS117",
+    "DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116", "DS117",
     "DS118", "DS120", "DS121", "DS122", "DS123", "DS124", "DS125", "DS126", "DS127", "DS128", "DS129", "DS130",
     "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142", "DS143",
     "DS144", "DS145", "DS199",

@@ -1,10 +1,10 @@
-"""DS102-DS105: the batch triple, derived exactly as ``deepspeed/runtime/config.py``
-``_set_batch_related_parameters`` and ``_batch_assertion`` do."""
+"""DS102-DS106: the batch triple, derived exactly as ``deepspeed/runtime/config.py``
+``_set_batch_related_parameters`` and ``_batch_assertion`` do, and the world sizes a file holds on."""
 
 from __future__ import annotations
 
 from .result import CheckContext, CheckResult
-from .rules import DS102, DS103, DS104, DS105
+from .rules import DS102, DS103, DS104, DS105, DS106
 from .values import BATCH_KEYS, MISSING, is_auto, is_number, positive_int, show
 
 
@@ -54,6 +54,75 @@ def valid_world_sizes(train, micro, grad_acc, limit: int = 64) -> list[int]:
     return [ws for ws in range(1, limit + 1) if derive_batch(train, micro, grad_acc, ws)[4] is None]
 
 
+#: the largest world size :func:`consistent_world_sizes` tries (128 nodes of 8 GPUs)
+MAX_WORLD_SIZE_TRIED = 1024
+
+
+def consistent_world_sizes(config: dict, limit: int = MAX_WORLD_SIZE_TRIED) -> list[int] | None:
+    """The data-parallel world sizes 1..``limit`` on which DeepSpeed accepts the file's batch values
+    (:func:`derive_batch` for each), or None when the values do not pin the world size.
+
+    None: ``train_batch_size`` is absent or "auto" (DeepSpeed, or the Trainer, derives it for any world size).
+    ``[]``: a batch value is not a positive integer (DS103 says which), or no world size up to ``limit`` fits.
+    With all three given it is ``[train_batch_size / (micro x gradient_accumulation_steps)]`` when that divides;
+    with ``train_batch_size`` and one other, every world size the integer division lands exactly on.
+    Source: deepspeed/runtime/config.py ``_set_batch_related_parameters``, ``_batch_assertion``.
+    """
+    values: dict[str, int | None] = {}
+    for key in BATCH_KEYS:
+        value = config.get(key, MISSING) if isinstance(config, dict) else MISSING
+        if value is MISSING or value is None or is_auto(value):
+            values[key] = None
+            continue
+        number = positive_int(value)
+        if number is None:
+            return []
+        values[key] = number
+    train, micro, grad_acc = (values[k] for k in BATCH_KEYS)
+    if train is None:
+        return None
+    if micro is not None and grad_acc is not None:  # one world size at most: no need to try them all
+        ws, rest = divmod(train, micro * grad_acc)
+        return [ws] if rest == 0 and 1 <= ws <= limit else []
+    return [ws for ws in range(1, limit + 1) if derive_batch(train, micro, grad_acc, ws)[4] is None]
+
+
+def _sizes_text(sizes: list[int], most: int = 8) -> str:
+    shown = ", ".join(map(str, sizes[:most]))
+    return shown + (f", ... ({len(sizes)} sizes up to {MAX_WORLD_SIZE_TRIED})" if len(sizes) > most else "")
+
+
+def check_world_size(config: dict, original: dict, ctx: CheckContext, out: CheckResult) -> None:
+    """DS106: the world size was assumed (``ctx.world_size_assumed``). Names the world sizes the batch values hold
+    on (:func:`consistent_world_sizes` of ``config``, the file after the Trainer's fills; a train_batch_size that
+    is "auto" in ``original`` holds on any). A warning when the file pins the world size, info when any holds."""
+    if not ctx.world_size_assumed:
+        return
+    merged = dict(config) if isinstance(config, dict) else {}
+    if is_auto(original.get("train_batch_size")):
+        merged["train_batch_size"] = "auto"
+    fits = consistent_world_sizes(merged)
+    ws = ctx.world_size
+    head = f"checked for world size {ws}, assumed ({ctx.world_size_source})"
+    if fits is None:
+        how = '"auto"' if is_auto(merged.get("train_batch_size")) else "not given"
+        out.add(DS106.finding(f"{head}; the batch values hold on any world size (train_batch_size is {how}: it is "
+                              "derived per world size)", severity="info"))
+        return
+    values = {k: positive_int(merged.get(k)) for k in BATCH_KEYS}
+    if not fits:
+        held = "the batch values hold on no world size" + (
+            f" up to {MAX_WORLD_SIZE_TRIED}" if all(values.values()) else "")
+    elif all(values.values()):
+        train, micro, acc = (values[k] for k in BATCH_KEYS)
+        held = (f"the batch values hold on world size {fits[0]} only: train_batch_size {train} / (micro {micro} x "
+                f"gradient_accumulation_steps {acc})")
+    else:
+        held = f"the batch values hold on world size {_sizes_text(fits)} only"
+    verdict = "" if not fits or ws in fits else f"; on world size {ws} DeepSpeed would refuse them"
+    out.add(DS106.finding(f"{head}; {held}{verdict}", severity="warning"))
+
+
 def check_batch(config: dict, ctx: CheckContext, out: CheckResult, origin: dict[str, str]) -> None:
     """DS102-DS105 on the batch triple of ``config`` (after the Trainer's fills, if any)."""
     given: dict[str, int | None] = {}
@@ -96,6 +165,21 @@ def check_batch(config: dict, ctx: CheckContext, out: CheckResult, origin: dict[
         return
     if error:
         fits = valid_world_sizes(train, micro, grad_acc)
+        out.batch["error"] = error
+        if ctx.world_size_assumed:
+            # the world size is a guess: DS106 names the sizes the file holds on; --fix leaves the triple alone
+            out.cannot_fix("train_batch_size", f"the world size is assumed ({ws}): give --world-size N of the real "
+                                               "run and --fix writes the triple for it")
+            if consistent_world_sizes({k: given[k] for k in BATCH_KEYS}):
+                return
+            rule_ = DS103 if "greater than 0" in error else DS102
+            out.add(rule_.finding(f"world size {ws}, assumed ({ctx.world_size_source}): {error}; it holds on no "
+                                  f"world size up to {MAX_WORLD_SIZE_TRIED}",
+                                  fix="Make train_batch_size = micro x gradient_accumulation_steps x the world size "
+                                      "of the real run (give it with --world-size), or drop train_batch_size so "
+                                      "DeepSpeed derives it" + (' (under the HF Trainer: "auto")'
+                                                               if ctx.launch == "trainer" else "") + "."))
+            return
         fits_text = (f"; this triple holds on world size {', '.join(map(str, fits[:8]))}"
                      if fits else "; it holds on no world size")
         fix_micro = micro if micro is not None else max(1, (train or 1) // max(1, ws * (grad_acc or 1)))
@@ -117,9 +201,8 @@ def check_batch(config: dict, ctx: CheckContext, out: CheckResult, origin: dict[
                        fix_micro, rule_.id, triple)
             out.change("gradient_accumulation_steps", config.get("gradient_accumulation_steps", MISSING),
                        fix_acc, rule_.id, triple)
-        out.batch["error"] = error
         return
-    if train is not None and ctx.launch == "engine":
+    if train is not None and ctx.launch == "engine" and not ctx.world_size_assumed:  # else DS106 says it
         fits = valid_world_sizes(train, micro, grad_acc)
         if fits != list(range(1, 65)):
             out.add(DS105.finding(f"train_batch_size {train} holds on world size "

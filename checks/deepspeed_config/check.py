@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from .autos import _section_of, check_autos_engine
-from .batch import check_batch
+from .batch import check_batch, check_world_size
 from .keys import _field_index, check_keys, check_syntax
 from .optimizer import check_optimizer
 from .precision import check_precision
@@ -80,6 +80,7 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
         pass  # the Trainer refuses the batch mismatch (HF201) before DeepSpeed sees the triple
     else:
         check_batch(working, ctx, out, origin)
+    check_world_size(working, config, ctx, out)
     check_precision(working, ctx, out)
     check_optimizer(working, ctx, out)
     check_zero(working, ctx, out)

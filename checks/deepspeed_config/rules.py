@@ -52,6 +52,16 @@ DS105 = rule(
         "per world size, then asserts the product.",
     fix="Leave train_batch_size out and give train_micro_batch_size_per_gpu and gradient_accumulation_steps.",
     source=f"{_DS} _set_batch_related_parameters")
+DS106 = rule(
+    "DS106", "warning", "world size assumed",
+    what="Nothing gave the world size (no --world-size, no WORLD_SIZE from a launcher, no visible GPU), so the batch "
+         "was checked for an assumed world size.",
+    why="DeepSpeed derives and asserts the batch triple per world size: a file written for the 4-GPU run checked on "
+        "a GPU-less preparation box for world size 1 looks wrong, and rewriting its triple for 1 breaks the real run. "
+        "The evidence names the world sizes the file's batch values hold on.",
+    fix="Give --world-size N (all GPUs of the run, every node), or run check under the launcher (WORLD_SIZE).",
+    source=f"{_DS} _set_batch_related_parameters, _batch_assertion",
+    example="dsdoctor check ds.json on a laptop, for deepspeed --num_gpus 4 train.py")
 DS110 = rule(
     "DS110", "error", "fp16 and bf16 both enabled",
     what="fp16.enabled and bf16.enabled are both true.",

@@ -15,6 +15,10 @@ from dsdoctor.cli import report_command
 from dsdoctor.report import DsdoctorError, Finding, Report
 
 
+#: the largest --world-size taken (a million GPUs); 10**400 is a usage error, not an overflow in the batch math
+MAX_WORLD_SIZE = 1 << 20
+
+
 def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
     """The data-parallel world size and where it came from: ``--world-size``, the launcher's ``WORLD_SIZE``,
     the visible GPUs, else 1.
@@ -36,7 +40,7 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
         return int(env), "WORLD_SIZE from the launcher environment"
     if gpus:
         return len(gpus), f"{len(gpus)} visible GPU(s) (NVML)"
-    return 1, "default: no launcher environment, no visible GPU (give --world-size)"
+    return 1, "no --world-size, no WORLD_SIZE from a launcher, no visible GPU"
 
 
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
@@ -77,14 +81,17 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
 
         model_info = lookup(model)
     ws, ws_source = resolve_world_size(world_size, seen)
+    assumed = world_size is None and not os.environ.get("WORLD_SIZE") and not seen
     schema, schema_note = load_schema()
     ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
                        duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
-                       json_error=parsed.json_error, hjson_feature=parsed.hjson_feature)
+                       json_error=parsed.json_error, hjson_feature=parsed.hjson_feature,
+                       world_size_assumed=assumed)
     result = check_config(config, ctx)
     report = Report("check", result={
-        "config": str(config_path), "world_size": ws, "world_size_source": ws_source, "launch": launch,
+        "config": str(config_path), "world_size": ws, "world_size_source": ws_source,
+        "world_size_assumed": assumed, "launch": launch,
         "client_optimizer": client_optimizer, "gpu": None if gpu_info is None else {
             "name": gpu_info.name, "compute_capability": f"{gpu_info.capability[0]}.{gpu_info.capability[1]}",
             "source": gpu_info.source},
@@ -185,7 +192,7 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
 
 @click.command("check")
 @click.argument("config", metavar="CONFIG")
-@click.option("--world-size", type=int, default=None,
+@click.option("--world-size", type=click.IntRange(max=MAX_WORLD_SIZE), default=None,
               help="Data-parallel ranks (default: WORLD_SIZE from the launcher, else the visible GPUs, else 1).")
 @click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
               help="engine: your loop calls deepspeed.initialize; trainer: the HF Trainer fills \"auto\".")
