@@ -707,3 +707,65 @@ def test_consistent_world_sizes_agree_with_deepspeedconfig():
                 except AssertionError:
                     accepted = False
             assert accepted == (ws in mine), (config, ws, mine)
+
+
+# ------------------------------------------------------------------------------------------------ --fix and training
+def test_fix_never_drops_to_fp32_under_a_false_reason():
+    """Issue 12: under "auto", --fix set fp16 to false as "one 16-bit type: bf16" while bf16 was not enabled. The
+    file trains in fp32 (DeepSpeed reads "auto" as false): the fix says so, and leaves the choice to the user."""
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": "auto"}}
+    result = check_config(config, CheckContext())
+    change = next(c for c in result.changes if c.path == "fp16.enabled")
+    assert change.new is False and "fp32" in change.why and "bf16" not in change.why.split(";")[0]
+    assert "16-bit type" in dict(result.unfixed)["fp16.enabled / bf16.enabled"]
+    assert not change.training  # fp32 before (as DeepSpeed reads "auto") and after
+
+
+@pytest.mark.parametrize("config, gpu, path, training", [
+    ({"fp16": {"enabled": "auto"}}, "A100", "bf16.enabled", "precision fp32 -> bf16"),
+    ({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}, "V100", "fp16.enabled", "precision fp32 -> fp16"),
+    ({"bf16": {"enabled": True}}, "V100", "fp16.enabled", "precision bf16 -> fp16"),
+    ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, None, "fp16.enabled",
+     "precision fp16 and bf16 (DeepSpeed refuses both) -> bf16"),
+    ({"fp_16": {"enabled": True}}, None, "fp16", "precision fp32 -> fp16"),
+    ({"zero_optimisation": {"stage": 2}}, None, "zero_optimization", "ZeRO stage 0 -> 2"),
+])
+def test_fix_that_changes_training_says_so_on_the_edit(config, gpu, path, training):
+    result = check_config({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, **config},
+                          CheckContext(gpu=gpu_from_name(gpu) if gpu else None))
+    assert next(c for c in result.changes if c.path == path).training == training
+
+
+def test_fix_table_and_json_show_the_training_change(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": "auto"}})
+    data = json.loads(runner.invoke(cli, ["check", path, "--gpu", "A100", "--world-size", "1", "--json", "-"]).stdout)
+    change = next(c for c in data["result"]["changes"] if c["path"] == "bf16.enabled")
+    assert change["new"] is True and change["changes_training"] == "precision fp32 -> bf16"
+    table = runner.invoke(cli, ["check", path, "--gpu", "A100", "--world-size", "1"]).stdout
+    assert "changes precision fp32 -> bf16" in " ".join(table.split()).replace("│ ", "")
+
+
+@settings(max_examples=int(os.environ.get("DSDOCTOR_FUZZ_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False), launch=st.sampled_from(["engine", "trainer"]),
+       gpu=st.sampled_from([None, "V100", "A100", "P100", "T4"]),
+       model=st.sampled_from([None, "qwen2-7b", "chatglm3-6b", "llama-2-7b"]), world_size=st.integers(1, 8))
+def test_fix_keeps_what_trains_or_says_so(rng, launch, gpu, model, world_size):
+    """Over generated configs (valid and faulty): every aspect of the training that --fix changes (precision,
+    ZeRO stage, offload, optimizer, learning rate, scheduler, clipping, as DeepSpeed reads the file) is named on an
+    edit of it, "aspect before -> after"."""
+    from config_generator import generate
+
+    from dsdoctor.checks.deepspeed_config import TRAINING_ASPECTS, training_of
+
+    config, client, _, _ = generate(rng)
+    result = check_config(config, CheckContext(world_size=world_size, launch=launch, client_optimizer=client and
+                                               launch == "engine", gpu=gpu_from_name(gpu) if gpu else None,
+                                               model=model_info(model) if model else None))
+    fixed = result.fixed_config(config)
+    before, after = training_of(config, launch), training_of(fixed, launch)
+    for aspect in TRAINING_ASPECTS:
+        if before[aspect] != after[aspect]:
+            said = f"{aspect} {before[aspect]} -> {after[aspect]}"
+            assert any(said in c.training for c in result.changes), (config, said, result.changes)
+    assert before["precision"] == after["precision"] or any("precision" in c.training for c in result.changes)

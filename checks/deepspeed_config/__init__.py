@@ -25,7 +25,7 @@ from __future__ import annotations
 from .autos import check_autos_engine
 from .batch import check_batch, check_world_size, consistent_world_sizes, derive_batch, valid_world_sizes
 from .check import check_config, effective_config
-from .fix import Change, apply_changes
+from .fix import TRAINING_ASPECTS, Change, apply_changes, mark_training_changes, training_of
 from .keys import MAX_UNKNOWN_SHOWN, check_keys, check_syntax
 from .optimizer import check_optimizer, optimizer_class
 from .precision import check_precision, precision_of
@@ -41,7 +41,7 @@ from .zero import check_zero, offload_device, zero_stage
 
 __all__ = [
     "BATCH_KEYS", "EXTRA_TOP_LEVEL", "MAX_UNKNOWN_SHOWN", "MISSING", "SCHEMA_DIR", "Change", "CheckContext",
-    "CheckResult", "apply_changes", "as_bool", "auto_paths", "check_autos_engine", "check_batch", "check_world_size", "consistent_world_sizes", "check_config",
+    "CheckResult", "TRAINING_ASPECTS", "apply_changes", "mark_training_changes", "training_of", "as_bool", "auto_paths", "check_autos_engine", "check_batch", "check_world_size", "consistent_world_sizes", "check_config",
     "check_keys", "check_syntax", "check_optimizer", "check_precision", "check_scheduler", "check_zero", "delete_path",
     "derive_batch", "effective_config", "get_path", "installed_version", "is_auto", "is_number", "load_schema",
     "offload_device", "optimizer_class", "positive_int", "precision_of", "set_path", "show", "suggest",

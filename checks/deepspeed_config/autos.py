@@ -8,7 +8,8 @@ from typing import Any
 from .keys import _field_index
 from .result import CheckContext, CheckResult
 from .rules import DS101, DS136, DS143
-from .values import MISSING, auto_paths, show
+from .precision import precision_of
+from .values import MISSING, auto_paths, get_path, show
 
 
 def _section_of(path: str, schema: dict) -> str | None:
@@ -47,13 +48,7 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
                 out.cannot_fix(path, _AUTO_NEEDS.get(path, "the value your loop uses"))
     precision = [p for p, _ in silent if p in ("fp16.enabled", "bf16.enabled")]
     if precision:
-        gpu_bf16 = ctx.gpu is None or ctx.gpu.bf16
-        chosen = "bf16" if gpu_bf16 and not (ctx.model and ctx.model.dtype == "float16" and ctx.gpu is None) \
-            else "fp16"
-        why = (f"one 16-bit type: {chosen}" + (f" ({ctx.gpu.name})" if ctx.gpu else "") +
-               (f" ({ctx.model.name} weights are {ctx.model.dtype})" if ctx.model and ctx.model.dtype else ""))
-        for path in precision:
-            out.change(path, "auto", path.startswith(chosen), "DS136", why)
+        _fix_auto_precision(config, precision, ctx, out)
     for path, section in silent:
         name = path.split(".")[-1]
         index = _field_index(ctx.schema["sections"][section])
@@ -64,6 +59,54 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
             out.add(DS136.finding(f'"{path}" is "auto": DeepSpeed uses the default {show(default)}'))
         out.change(path, "auto", default, "DS136", 'what DeepSpeed makes of "auto" (the default); write the '
                                                    "value you want")
+
+
+def sixteen_bit_type(ctx: CheckContext) -> tuple[str | None, str]:
+    """The 16-bit type to train in on what is known of the run, and why: bf16 on a GPU that has it (compute
+    capability 8.0+), fp16 on one that has only that (7.x), none below 7.0 (no tensor cores: DS112); without a GPU,
+    the model's weight dtype decides; with neither, ``(None, why)``: nothing here tells bf16 from fp16.
+    Source: deepspeed/runtime/engine.py ``_do_sanity_check`` (bf16 needs accelerator support); NVIDIA compute
+    capabilities (bf16 from 8.0, tensor cores from 7.0)."""
+    gpu, model = ctx.gpu, ctx.model
+    weights = f"{model.name} weights are {model.dtype}" if model is not None and model.dtype else ""
+    if gpu is not None:
+        cc = f"compute capability {gpu.capability[0]}.{gpu.capability[1]}"
+        if gpu.bf16:
+            return "bf16", f"{gpu.name} has bf16 at {cc}" + (f"; {weights}" if weights else "")
+        if gpu.capability >= (7, 0):
+            return "fp16", f"{gpu.name} has no bf16 at {cc}" + (f"; {weights}" if weights else "")
+        return None, f"{gpu.name} has neither bf16 nor tensor cores for fp16 at {cc}: fp32 trains there"
+    if weights and model.dtype in ("bfloat16", "float16"):
+        return ("bf16" if model.dtype == "bfloat16" else "fp16"), weights
+    return None, "no --gpu and no --model with a weight dtype: bf16 or fp16 cannot be told here"
+
+
+def _fix_auto_precision(config: dict, paths: list[str], ctx: CheckContext, out: CheckResult) -> None:
+    """--fix for ``fp16.enabled`` / ``bf16.enabled`` that are "auto" under the engine. DeepSpeed drops "auto" (the
+    default false), so the file trains in fp32 unless the other type is on: that reading is what the fix keeps,
+    and any 16-bit type it turns on is said to be a change of precision (the training audit marks it too)."""
+    fp16_on, bf16_on = precision_of(config)
+    if fp16_on or bf16_on:
+        on = "fp16" if fp16_on else "bf16"
+        for path in paths:
+            out.change(path, "auto", False, "DS136", f'DeepSpeed reads "auto" as false; {on} is enabled: one '
+                                                     "16-bit type")
+        return
+    chosen, reason = sixteen_bit_type(ctx)
+    if chosen is None:
+        for path in paths:
+            out.change(path, "auto", False, "DS136", 'what DeepSpeed makes of "auto": false, so the file trains '
+                                                     "in fp32 (no 16-bit type on); " + reason)
+        out.cannot_fix("fp16.enabled / bf16.enabled", "true for the 16-bit type you train in: bf16 on compute "
+                       "capability 8.0+ (A100, H100, RTX 30xx/40xx), fp16 on V100/T4; false keeps fp32 (with --gpu "
+                       "or --model, --fix chooses)")
+        return
+    target = f"{chosen}.enabled"
+    out.change(target, get_path(config, target), True, "DS136",
+               f'DeepSpeed reads "auto" as false (fp32); {chosen}, the 16-bit type "auto" stands for: {reason}')
+    for path in paths:
+        if path != target:
+            out.change(path, "auto", False, "DS136", f"one 16-bit type: {chosen}; {reason}")
 
 
 _AUTO_NEEDS = {

@@ -6,6 +6,7 @@ import copy
 
 from .autos import _section_of, check_autos_engine
 from .batch import check_batch, check_world_size
+from .fix import mark_training_changes
 from .keys import _field_index, check_keys, check_syntax
 from .optimizer import check_optimizer
 from .precision import check_precision
@@ -105,4 +106,5 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
     out.effective = effective_config(working, ctx, out)
     for c in out.changes:  # "now" is what the file says, not a filled value
         c.old = get_path(config, c.path)
+    mark_training_changes(config, out.changes, ctx.launch)
     return out

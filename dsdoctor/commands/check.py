@@ -121,7 +121,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                               ["path", "now", "becomes", "rule", "why"],
                               _capped([[_show(c["path"], 120).strip('"'), _show(c["old"]),
                                         "(deleted)" if c["action"] == "delete" else _show(c["new"]), c["rule"],
-                                        c["why"]] for c in report.result["changes"]])))
+                                        (f"changes {c['changes_training']}: " if c["changes_training"] else "")
+                                        + c["why"]] for c in report.result["changes"]])))
     if not any(f.severity in ("error", "warning") for f in report.findings):
         report.add(Finding("DS100", "ok", "config passes every check",
                            evidence=f"world size {ws}; batch {result.batch or 'not computed'}; {schema_note}"))
