@@ -186,6 +186,8 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
         if not must_match or not known:
             return
         ds_val = node.get(key)
+        if key_long == "train_batch_size" and ctx.world_size_assumed:
+            return  # world size x micro x accumulation with a guessed world size: DS106 names the sizes it holds on
         if ds_val is not None and ds_val != hf_val:
             mismatches.append(f"- ds {key_long}={_py(ds_val)} vs hf {hf_key}={_py(hf_val)}")
             out.change(key_long, ds_val, "auto", "HF201", f"the Trainer fills it from {hf_key}")
@@ -302,7 +304,9 @@ def _py(value: Any) -> str:
 
 
 def _default_for(path: str, schema: dict):
-    from dsdoctor.checks.deepspeed_config import MISSING, _field_index, _section_of
+    from dsdoctor.checks.deepspeed_config.autos import _section_of
+    from dsdoctor.checks.deepspeed_config.keys import _field_index
+    from dsdoctor.checks.deepspeed_config.values import MISSING
 
     section = _section_of(path, schema)
     if section is None:

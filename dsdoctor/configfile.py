@@ -7,6 +7,7 @@ Every failure is a :class:`DsdoctorError` with one line naming the option and th
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsdoctor.report import DsdoctorError
@@ -46,30 +47,68 @@ def _pairs_recording_duplicates(duplicates: list[str]):
     return hook
 
 
-def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
-    """Parse a ds_config file.
+@dataclass
+class ConfigFile:
+    """A parsed ds_config file.
 
-    Returns ``(config, duplicate_keys)``: the top-level object and the keys that appear twice in one object.
-    JSON first; when that fails, HJSON (comments, unquoted keys), which DeepSpeed's loader also accepts
-    (deepspeed/runtime/config.py ``DeepSpeedConfig.__init__`` uses ``hjson.load``).
+    Attributes:
+        config: the top-level object.
+        duplicates: keys that appear twice in one object (DeepSpeed's loader refuses them; ``json.load`` keeps the
+            last value).
+        json_error: None when the file is plain JSON; else where ``json.load`` stops on it (the file is HJSON
+            only, which DeepSpeed reads but the HF Trainer and accelerate do not): ``(message, line, column)``.
+        hjson_feature: what at that place is HJSON and not JSON (a trailing comma, a comment, ...), or "".
+    """
+
+    config: dict
+    duplicates: list[str] = field(default_factory=list)
+    json_error: tuple[str, int, int] | None = None
+    hjson_feature: str = ""
+
+
+def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
+    """Parse a ds_config file: ``(config, duplicate_keys)``; see :func:`read_ds_config_file` (same errors)."""
+    parsed = read_ds_config_file(path, option)
+    return parsed.config, parsed.duplicates
+
+
+def read_ds_config_file(path: str, option: str = "CONFIG") -> ConfigFile:
+    """Parse a ds_config file as the two readers of a config path do.
+
+    DeepSpeed reads a path with ``hjson.load`` (deepspeed/runtime/config.py ``DeepSpeedConfig.__init__``), so
+    comments, trailing commas, unquoted keys and strings, single quotes, a file without its root braces and a UTF-8
+    byte-order mark all pass there. The HF Trainer and accelerate read it with ``json.load``
+    (accelerate/utils/deepspeed.py ``HfDeepSpeedConfig.__init__``: ``open(path, encoding="utf-8")`` then
+    ``json.load``; transformers/integrations/deepspeed.py ``HfDeepSpeedConfig`` inherits it, and both
+    ``TrainingArguments(deepspeed=path)`` and accelerate's ``DeepSpeedPlugin(hf_ds_config=path)``,
+    accelerate/utils/dataclasses.py, build one), which refuses all of those. So: JSON first; when that fails, HJSON,
+    and ``json_error`` records where json.load stopped (a finding for the check, DS139).
 
     Raises:
-        DsdoctorError: missing or unreadable file, syntax that is neither JSON nor HJSON, a top level that is not
-            an object, or a value JSON cannot hold (NaN, Infinity).
+        DsdoctorError: missing or unreadable file, syntax that is neither JSON nor an HJSON object (with where JSON
+            parsing failed), a JSON top level that is not an object, or a value JSON cannot hold (NaN, Infinity).
     """
+    from dsdoctor.files import shown
+
     text = _read_text(path, option)
+    name = shown(path)
     duplicates: list[str] = []
 
-    def no_constants(name: str):
-        raise ValueError(f"{name} is not a JSON number")
+    def no_constants(constant: str):
+        raise ValueError(f"{constant} is not a JSON number")
 
+    json_error = None
     try:
         config = json.loads(text, object_pairs_hook=_pairs_recording_duplicates(duplicates),
                             parse_constant=no_constants)
     except RecursionError:
-        raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
+        raise DsdoctorError(f"{option} {name}: nested too deeply to parse") from None
     except ValueError as exc:
-        json_error = exc
+        if isinstance(exc, json.JSONDecodeError):
+            json_error = (exc.msg, exc.lineno, exc.colno)
+            where = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+        else:
+            where = str(exc)
         try:
             import hjson
 
@@ -77,17 +116,47 @@ def read_ds_config(path: str, option: str = "CONFIG") -> tuple[dict, list[str]]:
             config = hjson.loads(text, object_pairs_hook=_pairs_recording_duplicates(duplicates))
             config = json.loads(json.dumps(config, allow_nan=False))
         except RecursionError:
-            raise DsdoctorError(f"{option} {path}: nested too deeply to parse") from None
+            raise DsdoctorError(f"{option} {name}: nested too deeply to parse") from None
         except Exception:
-            if isinstance(json_error, json.JSONDecodeError):
-                where = f"{json_error.msg} at line {json_error.lineno} column {json_error.colno}"
-            else:
-                where = str(json_error)
-            raise DsdoctorError(f"{option} {path}: not valid JSON (nor HJSON): {where}") from None
+            raise DsdoctorError(f"{option} {name}: not valid JSON (nor HJSON): {where}") from None
+        if json_error is None:  # NaN / Infinity: JSON syntax DeepSpeed's hjson refuses, and no number JSON holds
+            raise DsdoctorError(f"{option} {name}: not valid JSON: {where}")
+        if not isinstance(config, dict):
+            # hjson reads text that is no JSON at all ("this is not json {") as one quoteless string
+            raise DsdoctorError(f"{option} {name}: not valid JSON (nor HJSON): {where}; HJSON reads the text as "
+                                f"{_json_type(config)}, not an object")
     if not isinstance(config, dict):
-        raise DsdoctorError(f"{option} {path}: the top level must be a JSON object, not {_json_type(config)}")
+        raise DsdoctorError(f"{option} {name}: the top level must be a JSON object, not {_json_type(config)}")
     validate_values(config, option, path)
-    return config, duplicates
+    feature = _hjson_feature(text, json_error) if json_error else ""
+    return ConfigFile(config, duplicates, json_error, feature)
+
+
+def _hjson_feature(text: str, error: tuple[str, int, int]) -> str:
+    """What at the place ``json.load`` stopped is HJSON syntax: looked up from the character there (a cheap guess
+    for the evidence; the position itself is exact)."""
+    msg, line, col = error
+    if text.startswith("\ufeff") or "BOM" in msg:
+        return "a UTF-8 byte-order mark at the start of the file: save it as UTF-8 without BOM"
+    lines = text.split("\n")
+    rest = lines[line - 1][col - 1:] if 0 < line <= len(lines) else ""
+    before = "".join(lines[:line - 1]) + (lines[line - 1][:col - 1] if 0 < line <= len(lines) else "")
+    ahead = (rest + "".join(lines[line:line + 50])).lstrip()
+    if rest.lstrip().startswith(("#", "//", "/*")):
+        return "a comment, which JSON does not allow"
+    if rest.startswith("'"):
+        return "a single-quoted string: JSON needs double quotes"
+    if ahead[:1] in ("}", "]") and before.rstrip().endswith(","):
+        return "a trailing comma before a closing bracket"
+    if "property name" in msg:
+        return "an unquoted key: JSON needs double quotes"
+    if not before.strip() and ahead[:1] not in ("{", "["):
+        return "no root braces: HJSON reads key: value lines as an object, JSON needs {...}"
+    if ahead[:1] and (ahead[0].isalpha() or ahead[0] == "_"):
+        return "an unquoted string or key: JSON needs double quotes"
+    if "delimiter" in msg:
+        return "a missing comma: HJSON accepts a line break instead, JSON does not"
+    return "HJSON syntax"
 
 
 def read_hf_args(path: str, option: str = "--hf-args") -> dict:

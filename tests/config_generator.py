@@ -85,6 +85,7 @@ def break_one(config: dict, client: bool, rng: random.Random, ignored: list[str]
         "unknown_scheduler", "scheduler_typo_param", "stage_4", "deprecated_beside_new", "deprecated_alone",
         "offload_client", "auto_batch", "auto_in_zero", "zero_wrong_type", "max_grad_norm", "removed_key", "predivide",
         "clipping_string", "lr_string", "section_null", "steps_per_print_zero", "flag_string",
+        "auto_precision", "typo_precision",
     ])
     if not isinstance(config.get("zero_optimization", {}), dict):
         config.pop("zero_optimization")  # an earlier fault nulled it
@@ -187,6 +188,13 @@ def break_one(config: dict, client: bool, rng: random.Random, ignored: list[str]
         config["steps_per_print"] = 0
     elif fault == "predivide":
         config["gradient_predivide_factor"] = rng.choice([1.0, 2.0])
+    elif fault == "auto_precision":  # an HF template's "auto" under the engine: DeepSpeed reads false (fp32)
+        for section in rng.choice([["fp16"], ["bf16"], ["fp16", "bf16"]]):
+            config[section] = {"enabled": "auto"}
+    elif fault == "typo_precision":  # a misspelled section DeepSpeed ignores: fp32, and --fix turns it on
+        name = rng.choice(["fp_16", "bf_16", "bfloat_16"])
+        config[name] = {"enabled": True}
+        ignored.append(name)
     elif fault == "flag_string":
         config[rng.choice(["wall_clock_breakdown", "prescale_gradients"])] = "false"
     return client, fault

@@ -543,3 +543,229 @@ def test_twenty_thousand_stray_keys_are_summarised():
 def test_negative_learning_rate():
     assert ids({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": -1}}}) == [
         "DS137"]
+
+
+# ------------------------------------------------------------------------------------------------ HJSON (issue 12)
+_BODY = '"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 2e-5}}'
+HJSON_FORMS = [  # (text, line, column, what is there): each is read by DeepSpeed's hjson.load, refused by json.load
+    ("{" + _BODY + ",}", 1, 94, "a trailing comma"),
+    ("{\n  # ZeRO-2\n  " + _BODY + "\n}", 2, 3, "a comment"),
+    ("{\n  // ZeRO-2\n  " + _BODY + "\n}", 2, 3, "a comment"),
+    ("{/* ZeRO-2 */ " + _BODY + "}", 1, 2, "a comment"),
+    ("{train_micro_batch_size_per_gpu: 2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5}}}", 1, 2,
+     "an unquoted key"),
+    ("{'train_micro_batch_size_per_gpu': 2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-5}}}", 1, 2,
+     "a single-quoted string"),
+    ("train_micro_batch_size_per_gpu: 2\noptimizer: {\n  type: AdamW\n  params: {lr: 2e-5}\n}\n", 1, 1,
+     "no root braces"),
+    ('{\n"train_micro_batch_size_per_gpu": 2\n"optimizer": {"type": "AdamW", "params": {"lr": 2e-5}}}', 3, 1,
+     "a missing comma"),
+    ('{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": AdamW\n, "params": {"lr": 2e-5}}}', 1, 61,
+     "an unquoted string"),
+    ("\ufeff{" + _BODY + "}", 1, 1, "byte-order mark"),
+]
+
+
+@pytest.mark.parametrize("text, line, column, feature", HJSON_FORMS)
+def test_hjson_only_file_is_an_error_under_the_trainer_and_a_warning_under_the_engine(runner, tmp_path, text, line,
+                                                                                       column, feature):
+    path = tmp_path / "ds.json"
+    path.write_bytes(text.encode("utf-8"))
+    for launch, severity in (("trainer", "error"), ("engine", "warning")):
+        result = runner.invoke(cli, ["check", str(path), "--launch", launch, "--world-size", "1", "--json", "-"])
+        found = [f for f in json.loads(result.stdout)["findings"] if f["id"] == "DS139"]
+        assert len(found) == 1 and found[0]["severity"] == severity, result.stdout
+        assert f"json.load stops at line {line} column {column}" in found[0]["evidence"] and \
+            feature in found[0]["evidence"], found[0]["evidence"]
+        assert "--fix OUT.json writes the config as plain JSON" in found[0]["fix"]
+        assert result.exit_code == (1 if severity == "error" else 0)
+    out = tmp_path / "fixed.json"
+    runner.invoke(cli, ["check", str(path), "--launch", "trainer", "--fix", str(out)])
+    assert json.loads(out.read_text())["train_micro_batch_size_per_gpu"] == 2  # --fix writes plain JSON
+
+
+def test_plain_json_has_no_hjson_finding(runner, tmp_path):
+    path = write(tmp_path, "{" + _BODY + "}")
+    data = json.loads(runner.invoke(cli, ["check", path, "--launch", "trainer", "--json", "-"]).stdout)
+    assert "DS139" not in [f["id"] for f in data["findings"]]
+
+
+def test_hjson_forms_are_what_deepspeed_reads_and_the_trainer_refuses(tmp_path):
+    """The real readers: DeepSpeed's DeepSpeedConfig reads each form from its path (hjson.load); accelerate's
+    HfDeepSpeedConfig, which transformers' HfDeepSpeedConfig (TrainingArguments(deepspeed=path)) inherits, raises
+    JSONDecodeError at the line and column the finding names."""
+    from unittest import mock
+
+    from accelerate.utils.deepspeed import HfDeepSpeedConfig
+    from deepspeed.runtime import config as ds
+
+    for i, (text, line, column, _) in enumerate(HJSON_FORMS):
+        path = tmp_path / f"ds{i}.json"
+        path.write_bytes(text.encode("utf-8"))
+        with mock.patch.object(ds.dist, "get_world_size", return_value=1), \
+                mock.patch.object(ds.dist, "get_rank", return_value=0):
+            assert ds.DeepSpeedConfig(str(path)).train_micro_batch_size_per_gpu == 2, text
+        with pytest.raises(json.JSONDecodeError) as raised:
+            HfDeepSpeedConfig(str(path))
+        assert (raised.value.lineno, raised.value.colno) == (line, column), text
+
+
+@pytest.mark.parametrize("content", ["this is not json {", "hello", "42 apples", "{\"a\": 1} trailing"])
+def test_text_that_is_not_json_says_so_with_where(runner, tmp_path, content):
+    result = runner.invoke(cli, ["check", write(tmp_path, content)])
+    assert result.exit_code == 2 and "not valid JSON (nor HJSON)" in result.stderr and "line 1 column" in result.stderr
+    assert "top level must be" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ world size assumed
+FOUR_GPUS = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+             "optimizer": OPT}
+
+
+@pytest.fixture
+def no_gpu_box(monkeypatch):
+    """A preparation box: no launcher, no visible GPU (CUDA_VISIBLE_DEVICES="" hides any GPU from NVML too)."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
+def test_assumed_world_size_is_a_warning_and_fix_keeps_the_triple(runner, tmp_path, no_gpu_box):
+    """Issue 12: a config for the 4-GPU run checked on a box without GPUs was checked for world size 1 in silence,
+    and --fix rewrote train_batch_size to 8 (= 4 x 2 x 1), breaking the real run."""
+    path = write(tmp_path, FOUR_GPUS)
+    out = tmp_path / "fixed.json"
+    result = runner.invoke(cli, ["check", path, "--fix", str(out), "--json", "-"])
+    data = json.loads(result.stdout)
+    found = {f["id"]: f for f in data["findings"] if f["severity"] in ("warning", "error")}
+    assert sorted(found) == ["DS106"] and result.exit_code == 0
+    assert "world size 4 only: train_batch_size 32 / (micro 4 x gradient_accumulation_steps 2)" in \
+        found["DS106"]["evidence"] and "on world size 1 DeepSpeed would refuse them" in found["DS106"]["evidence"]
+    assert data["result"]["world_size_assumed"] is True and data["result"]["changes"] == []
+    assert json.loads(out.read_text()) == FOUR_GPUS
+    assert [u["path"] for u in data["result"]["unfixed"]] == ["train_batch_size"]
+    assert "--world-size" in data["result"]["unfixed"][0]["needs"]
+    # given the world size, the same file is checked and fixed for it
+    data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "2", "--json", "-"]).stdout)
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["DS102"]
+    assert {c["path"]: c["new"] for c in data["result"]["changes"]}["train_batch_size"] == 16
+
+
+@pytest.mark.parametrize("config, severity, text", [
+    ({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4}, "warning", "world size 1, 2, 4, 8 only"),
+    ({"train_batch_size": 1}, "warning", "world size 1 only"),
+    ({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2}, "info", "any world size"),
+    ({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}, "warning",
+     "hold on no world size"),
+])
+def test_assumed_world_size_names_the_sizes_the_file_holds_on(config, severity, text):
+    result = check_config({**config, "optimizer": OPT}, CheckContext(world_size=1, world_size_source="guess",
+                                                                      world_size_assumed=True))
+    found = [f for f in result.findings if f.id == "DS106"]
+    assert len(found) == 1 and found[0].severity == severity and text in found[0].evidence, found
+    assert not [c for c in result.changes if c.path in ("train_batch_size", "train_micro_batch_size_per_gpu",
+                                                        "gradient_accumulation_steps")]
+
+
+def test_a_known_world_size_has_no_assumption_finding():
+    assert "DS106" not in ids(FOUR_GPUS, at_least=("info", "warning", "error"), world_size=4)
+
+
+def test_trainer_batch_mismatch_is_not_claimed_for_an_assumed_world_size():
+    config = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}
+    args = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 2}
+    assumed = check_config(config, CheckContext(launch="trainer", hf_args=args, world_size_assumed=True))
+    assert [f.id for f in assumed.findings if f.severity in ("warning", "error")] == ["DS106"]
+    assert "world size 4 only" in next(f.evidence for f in assumed.findings if f.id == "DS106")
+    assert "HF201" in ids(config, launch="trainer", hf_args=args, world_size=1)
+
+
+def test_consistent_world_sizes_agree_with_deepspeedconfig():
+    """consistent_world_sizes against DeepSpeed's own DeepSpeedConfig for world sizes 1..16."""
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds
+
+    from dsdoctor.checks.deepspeed_config import consistent_world_sizes
+
+    assert consistent_world_sizes({"train_micro_batch_size_per_gpu": 4}) is None
+    assert consistent_world_sizes({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4}) is None
+    assert consistent_world_sizes({"train_batch_size": "32"}) == []
+    assert consistent_world_sizes({"train_batch_size": 2048, "train_micro_batch_size_per_gpu": 1,
+                                   "gradient_accumulation_steps": 1}) == []  # 2048 GPUs: past the 1024 tried
+    assert consistent_world_sizes({"train_batch_size": 2048})[-1] == 1024
+    for train, micro, acc in [(32, 4, 2), (32, 4, None), (32, None, 2), (32, None, None), (30, 4, 4), (12, 3, None)]:
+        config = {k: v for k, v in zip(("train_batch_size", "train_micro_batch_size_per_gpu",
+                                        "gradient_accumulation_steps"), (train, micro, acc)) if v is not None}
+        mine = consistent_world_sizes(config)
+        for ws in range(1, 17):
+            with mock.patch.object(ds.dist, "get_world_size", return_value=ws), \
+                    mock.patch.object(ds.dist, "get_rank", return_value=0):
+                try:
+                    ds.DeepSpeedConfig(dict(config))
+                    accepted = True
+                except AssertionError:
+                    accepted = False
+            assert accepted == (ws in mine), (config, ws, mine)
+
+
+# ------------------------------------------------------------------------------------------------ --fix and training
+def test_fix_never_drops_to_fp32_under_a_false_reason():
+    """Issue 12: under "auto", --fix set fp16 to false as "one 16-bit type: bf16" while bf16 was not enabled. The
+    file trains in fp32 (DeepSpeed reads "auto" as false): the fix says so, and leaves the choice to the user."""
+    config = {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": "auto"}}
+    result = check_config(config, CheckContext())
+    change = next(c for c in result.changes if c.path == "fp16.enabled")
+    assert change.new is False and "fp32" in change.why and "bf16" not in change.why.split(";")[0]
+    assert "16-bit type" in dict(result.unfixed)["fp16.enabled / bf16.enabled"]
+    assert not change.training  # fp32 before (as DeepSpeed reads "auto") and after
+
+
+@pytest.mark.parametrize("config, gpu, path, training", [
+    ({"fp16": {"enabled": "auto"}}, "A100", "bf16.enabled", "precision fp32 -> bf16"),
+    ({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}, "V100", "fp16.enabled", "precision fp32 -> fp16"),
+    ({"bf16": {"enabled": True}}, "V100", "fp16.enabled", "precision bf16 -> fp16"),
+    ({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, None, "fp16.enabled",
+     "precision fp16 and bf16 (DeepSpeed refuses both) -> bf16"),
+    ({"fp_16": {"enabled": True}}, None, "fp16", "precision fp32 -> fp16"),
+    ({"zero_optimisation": {"stage": 2}}, None, "zero_optimization", "ZeRO stage 0 -> 2"),
+])
+def test_fix_that_changes_training_says_so_on_the_edit(config, gpu, path, training):
+    result = check_config({"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, **config},
+                          CheckContext(gpu=gpu_from_name(gpu) if gpu else None))
+    assert next(c for c in result.changes if c.path == path).training == training
+
+
+def test_fix_table_and_json_show_the_training_change(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 1, "optimizer": OPT, "fp16": {"enabled": "auto"}})
+    data = json.loads(runner.invoke(cli, ["check", path, "--gpu", "A100", "--world-size", "1", "--json", "-"]).stdout)
+    change = next(c for c in data["result"]["changes"] if c["path"] == "bf16.enabled")
+    assert change["new"] is True and change["changes_training"] == "precision fp32 -> bf16"
+    table = runner.invoke(cli, ["check", path, "--gpu", "A100", "--world-size", "1"]).stdout
+    assert "changes precision fp32 -> bf16" in " ".join(table.split()).replace("│ ", "")
+
+
+@settings(max_examples=int(os.environ.get("DSDOCTOR_FUZZ_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False), launch=st.sampled_from(["engine", "trainer"]),
+       gpu=st.sampled_from([None, "V100", "A100", "P100", "T4"]),
+       model=st.sampled_from([None, "qwen2-7b", "chatglm3-6b", "llama-2-7b"]), world_size=st.integers(1, 8))
+def test_fix_keeps_what_trains_or_says_so(rng, launch, gpu, model, world_size):
+    """Over generated configs (valid and faulty): every aspect of the training that --fix changes (precision,
+    ZeRO stage, offload, optimizer, learning rate, scheduler, clipping, as DeepSpeed reads the file) is named on an
+    edit of it, "aspect before -> after"."""
+    from config_generator import generate
+
+    from dsdoctor.checks.deepspeed_config import TRAINING_ASPECTS, training_of
+
+    config, client, _, _ = generate(rng)
+    result = check_config(config, CheckContext(world_size=world_size, launch=launch, client_optimizer=client and
+                                               launch == "engine", gpu=gpu_from_name(gpu) if gpu else None,
+                                               model=model_info(model) if model else None))
+    fixed = result.fixed_config(config)
+    before, after = training_of(config, launch), training_of(fixed, launch)
+    for aspect in TRAINING_ASPECTS:
+        if before[aspect] != after[aspect]:
+            said = f"{aspect} {before[aspect]} -> {after[aspect]}"
+            assert any(said in c.training for c in result.changes), (config, said, result.changes)
+    assert before["precision"] == after["precision"] or any("precision" in c.training for c in result.changes)

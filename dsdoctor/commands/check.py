@@ -15,6 +15,10 @@ from dsdoctor.cli import report_command
 from dsdoctor.report import DsdoctorError, Finding, Report
 
 
+#: the largest --world-size taken (a million GPUs); 10**400 is a usage error, not an overflow in the batch math
+MAX_WORLD_SIZE = 1 << 20
+
+
 def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
     """The data-parallel world size and where it came from: ``--world-size``, the launcher's ``WORLD_SIZE``,
     the visible GPUs, else 1.
@@ -36,7 +40,7 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
         return int(env), "WORLD_SIZE from the launcher environment"
     if gpus:
         return len(gpus), f"{len(gpus)} visible GPU(s) (NVML)"
-    return 1, "default: no launcher environment, no visible GPU (give --world-size)"
+    return 1, "no --world-size, no WORLD_SIZE from a launcher, no visible GPU"
 
 
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
@@ -50,7 +54,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     ``schema``. Raises DsdoctorError on bad input (one line, exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
-    from dsdoctor.configfile import read_ds_config, read_hf_args
+    from dsdoctor.configfile import read_ds_config_file, read_hf_args
     from dsdoctor.files import write_output
     from dsdoctor.hardware import gpu_from_name, visible_gpus
 
@@ -59,7 +63,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
-    config, duplicates = read_ds_config(config_path, "CONFIG")
+    parsed = read_ds_config_file(config_path, "CONFIG")
+    config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
     if gpu == "auto":
@@ -76,13 +81,17 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
 
         model_info = lookup(model)
     ws, ws_source = resolve_world_size(world_size, seen)
+    assumed = world_size is None and not os.environ.get("WORLD_SIZE") and not seen
     schema, schema_note = load_schema()
     ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
-                       duplicates=duplicates, schema=schema, schema_note=schema_note)
+                       duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
+                       json_error=parsed.json_error, hjson_feature=parsed.hjson_feature,
+                       world_size_assumed=assumed)
     result = check_config(config, ctx)
     report = Report("check", result={
-        "config": str(config_path), "world_size": ws, "world_size_source": ws_source, "launch": launch,
+        "config": str(config_path), "world_size": ws, "world_size_source": ws_source,
+        "world_size_assumed": assumed, "launch": launch,
         "client_optimizer": client_optimizer, "gpu": None if gpu_info is None else {
             "name": gpu_info.name, "compute_capability": f"{gpu_info.capability[0]}.{gpu_info.capability[1]}",
             "source": gpu_info.source},
@@ -112,7 +121,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                               ["path", "now", "becomes", "rule", "why"],
                               _capped([[_show(c["path"], 120).strip('"'), _show(c["old"]),
                                         "(deleted)" if c["action"] == "delete" else _show(c["new"]), c["rule"],
-                                        c["why"]] for c in report.result["changes"]])))
+                                        (f"changes {c['changes_training']}: " if c["changes_training"] else "")
+                                        + c["why"]] for c in report.result["changes"]])))
     if not any(f.severity in ("error", "warning") for f in report.findings):
         report.add(Finding("DS100", "ok", "config passes every check",
                            evidence=f"world size {ws}; batch {result.batch or 'not computed'}; {schema_note}"))
@@ -183,7 +193,7 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
 
 @click.command("check")
 @click.argument("config", metavar="CONFIG")
-@click.option("--world-size", type=int, default=None,
+@click.option("--world-size", type=click.IntRange(max=MAX_WORLD_SIZE), default=None,
               help="Data-parallel ranks (default: WORLD_SIZE from the launcher, else the visible GPUs, else 1).")
 @click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
               help="engine: your loop calls deepspeed.initialize; trainer: the HF Trainer fills \"auto\".")
