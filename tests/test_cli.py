@@ -313,3 +313,26 @@ def test_smoke_accepts_prompt_response_and_messages_data(runner, tmp_path, monke
         result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / name), "--data", str(data)])
         assert result.exit_code == 130, result.output
     assert len(launched) == 3
+
+
+def test_smoke_runs_a_config_on_the_world_size_it_was_written_for(runner, tmp_path, monkeypatch):
+    """issue 12: a config written for 4 GPUs failed with 'world size 2 (--nproc)' and a proposal to edit the config,
+    although --nproc was not given: our default rank count, not the user's config, was wrong."""
+    from dsdoctor.commands import smoke
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    seen = []
+    monkeypatch.setattr(smoke, "supervise", lambda cmd, *a, **k: seen.append(cmd) or (_ for _ in ()).throw(
+        KeyboardInterrupt))
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}))
+    result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / "out"), "--deepspeed", str(cfg)])
+    assert result.exit_code == 130, result.output
+    assert seen and seen[0][seen[0].index("--nproc_per_node") + 1] == "4"
+    # an explicit --nproc that contradicts the file is the user's choice: DeepSpeed's batch assertion, before launch
+    result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / "out2"), "--deepspeed", str(cfg), "--nproc", "2",
+                                 "--format", "json"])
+    assert result.exit_code == 1 and [f["id"] for f in json.loads(result.stdout)["findings"]
+                                      if f["severity"] == "error"] == ["DS102"]

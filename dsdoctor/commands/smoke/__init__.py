@@ -71,6 +71,22 @@ def run_smoke(opts: SmokeOptions) -> Report:
     if gpus and nproc > gpus:
         raise DsdoctorError(f"--nproc {nproc} but {gpus} GPU(s) visible (CUDA_VISIBLE_DEVICES="
                             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): one rank per GPU")
+    if opts.nproc is None and ds_config is not None:
+        # our default rank count must not fail a config written for another world size: run it on the world size
+        # its batch values hold on, when this machine has the GPUs (or the cores and RAM) for it
+        from dsdoctor.checks.deepspeed_config import consistent_world_sizes
+
+        fits = consistent_world_sizes(ds_config) or []
+        if fits and nproc not in fits:
+            runnable = [w for w in fits if (w <= gpus if gpus else
+                                            not cpu_rank_problem(w, cpu_rank_bytes(config, opts.method, w)))]
+            if runnable:
+                nproc = runnable[0]
+                nproc_source = (f"the world size {opts.deepspeed}'s batch values hold on (train_batch_size "
+                                f"{ds_config.get('train_batch_size')}); --nproc overrides")
+            else:
+                nproc_source += (f"; {opts.deepspeed} holds on world size(s) {', '.join(map(str, fits[:6]))}, which "
+                                 f"this machine cannot run")
     if not gpus:
         problem = cpu_rank_problem(nproc, cpu_rank_bytes(config, opts.method, nproc))
         if problem:
