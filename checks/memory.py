@@ -15,11 +15,15 @@ weights are 2Ψ and partitioned only by ZeRO-3. Activations follow Korthikanti e
 per saved tensor for the architectures we cover (see :func:`activation_bytes_per_token`). The constants that only
 a GPU can tell (CUDA context, allocator slack, the loss's working copies) are in :data:`CALIBRATION`, each with
 the measurements it came from.
+
+To rank what could be changed when a setup does not fit, :func:`step_time` estimates the seconds of a step (compute,
+recomputation, collectives, PCIe copies of offload, the CPU's Adam step) and :func:`search` goes through every
+stage, offload, checkpointing and micro batch that keeps the global batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from dsdoctor.models import Arch
 from dsdoctor.rules import rule
@@ -69,6 +73,10 @@ LOGITS_BYTES_PER_ELEMENT = 12
 #: (LlamaFactory issue 4629; 158 GiB x 1.5 = 237 GiB plus the model).
 HOST_BUFFER_FACTOR = 1.5
 
+#: The allocated terms of every moment of a step, in report order.
+ALLOCATED_TERMS = ("weights", "gradients", "optimizer_states", "optimizer_step", "activations", "checkpoint_recompute",
+                   "logits_and_loss", "deepspeed_buffers")
+
 #: Names of the attention output projection in the families of :mod:`dsdoctor.models`.
 _ATTENTION_OUT = {"o_proj", "wo", "dense", "c_proj", "out_proj"}
 
@@ -102,6 +110,7 @@ class Setup:
     lora_targets: tuple[str, ...] = ()
     lora_dropout: float = 0.05
     freeze_last: int = 2
+    grad_accum: int = 1
 
     @property
     def world_size(self) -> int:
@@ -124,7 +133,12 @@ class Setup:
 
 @dataclass
 class Estimate:
-    """Per-GPU bytes by term, the three moments of a step, and host RAM per node."""
+    """Per-GPU bytes by term, the three moments of a step, and host RAM per node.
+
+    ``terms``: what is alive at the peak moment, plus the allocator's slack and the CUDA context (they sum to
+    ``total``); ``phase_terms``: the allocated terms at each moment (``loss``, ``backward``, ``step``), so a term
+    that is 0 at the peak (the activations, when the peak is the optimizer step) is seen where it is not;
+    ``phases``: their sums."""
 
     terms: dict[str, int]
     phases: dict[str, int]
@@ -133,6 +147,7 @@ class Estimate:
     reserved: int
     total: int
     host: dict[str, int]
+    phase_terms: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -300,9 +315,9 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     reserved = allocated + int(slack)
     context = cal.cuda_context_zero3_bytes if setup.zero_stage == 3 else cal.cuda_context_bytes
     total = reserved + context
-    terms = {key: 0 for key in ("weights", "gradients", "optimizer_states", "optimizer_step", "activations",
-                                "checkpoint_recompute", "logits_and_loss", "deepspeed_buffers")}
-    terms.update(moments[peak_phase])
+    zeros = {key: 0 for key in ALLOCATED_TERMS}
+    phase_terms = {name: {**zeros, **parts} for name, parts in moments.items()}
+    terms = dict(phase_terms[peak_phase])
     terms["allocator_slack"] = reserved - allocated
     terms["cuda_context"] = context
     offload_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus
@@ -313,7 +328,7 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
             "offload_per_node": offload_node, "model_load_per_node": load_node,
             "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + load_node}
     return Estimate(terms=terms, phases=phases, peak_phase=peak_phase, allocated=allocated, reserved=reserved,
-                    total=total, host=host)
+                    total=total, host=host, phase_terms=phase_terms)
 
 
 def max_micro_batch(setup: Setup, gpu_bytes: int, cal: Calibration = CALIBRATION, limit: int = 4096) -> int:
@@ -329,6 +344,99 @@ def max_micro_batch(setup: Setup, gpu_bytes: int, cal: Calibration = CALIBRATION
         else:
             hi = mid - 1
     return lo
+
+
+# --- step time: to rank the setups that fit ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rates:
+    """The rates the step-time model divides by, each with where it comes from. Bytes/s, FLOP/s, parameters/s.
+
+    - ``gpu_flops``: the GPU's dense 16-bit tensor-core peak (``dsdoctor.checks.training.PEAK_FLOPS``, NVIDIA's
+      datasheets); an A100's 312e12 when the GPU is not known;
+    - ``mfu``: the fraction of that peak a fine-tuning step reaches on its matrix products: 0.45, what the H200
+      gave for the ChatGLM-6B shape with LoRA (shared/FACTS.md: 11,686 tokens/s x 3.8e10 FLOPs a token with the
+      recomputation = 45% of 989e12);
+    - ``pcie_bytes_per_s``: host <-> GPU copies, PCIe Gen4 x16 (31.5 GB/s per direction, PCI-SIG; see
+      ``dsdoctor.checks.network.LINK_PEAK``) at the 80% pinned copies reach: 25e9;
+    - ``intra_node_bus_bytes_per_s``: NCCL's bus bandwidth between the GPUs of a node, taken as PCIe Gen4 x16 too
+      (25e9: the 2-8 GPU boxes without NVLink this tool is for; NVLink is faster, which only shrinks the
+      communication terms); ``inter_node_bus_bytes_per_s``: between nodes, a 100 Gb/s NIC (12.5e9);
+    - ``cpu_adam_params_per_s``: DeepSpeedCPUAdam's update rate per node, 1.5e9 parameters/s: DeepSpeed PR 7474
+      measured 2.38 s a step for Qwen2.5-3B (3.09 B parameters, optimizer offload, 2 A100, a 128-core host),
+      most of it in CPUAdam; the ZeRO-Offload tutorial gives CPUAdam as 5-7x PyTorch's CPU Adam.
+    """
+
+    gpu_flops: float = 312e12
+    mfu: float = 0.45
+    pcie_bytes_per_s: float = 25e9
+    intra_node_bus_bytes_per_s: float = 25e9
+    inter_node_bus_bytes_per_s: float = 12.5e9
+    cpu_adam_params_per_s: float = 1.5e9
+
+
+def step_time(setup: Setup, rates: Rates = Rates()) -> dict[str, float]:
+    """Estimated seconds of one optimizer step (``micro_batch`` x ``grad_accum`` samples per GPU), by term, to rank
+    setups against each other; it is not a prediction of the wall time. Nothing overlaps in this sum (DeepSpeed
+    overlaps some communication with compute, so the real step is shorter; the order of the options is what counts).
+
+    - ``compute``: model FLOPs of the step's tokens, as ``dsdoctor.checks.training.model_flops_per_token`` counts
+      them (forward 2Ψ, activation gradients 2Ψ, weight gradients 2Ψ_trainable: 6Ψ for full fine-tuning, less for
+      LoRA, P-Tuning and freeze; attention 12·L·h·s), at ``gpu_flops`` x ``mfu`` (fp32 at half that: TF32 runs at
+      half the 16-bit rate on Ampere and later, NVIDIA A100/H100 datasheets);
+    - ``recompute``: gradient checkpointing runs one more forward (2Ψ + 4·L·h·s a token; Chen et al. 2016);
+    - ``communication``: NCCL collectives at the bus bandwidth (nccl-tests doc/PERFORMANCE.md: an all-gather or
+      reduce-scatter of S bytes moves S·(N-1)/N per rank, an all-reduce twice that), as DeepSpeed issues them:
+      ZeRO-0 all-reduces the gradients once a step (``engine.allreduce_gradients``); ZeRO-1 reduces them at the
+      accumulation boundary and all-gathers the updated weights; ZeRO-2 reduce-scatters at every micro step
+      (``stage_1_and_2.py``: ``reduce_ready_partitions_and_remove_grads`` when ``partition_gradients``) and
+      all-gathers once; ZeRO-3 all-gathers every weight (frozen ones too) for the forward and again for the
+      backward of every micro step and reduce-scatters the gradients (``stage3.py``; the ZeRO paper, section 7:
+      3Ψ against ZeRO-2's 2Ψ);
+    - ``pcie``: what offload copies over PCIe: ``offload_optimizer`` sends the rank's gradient partition to the host
+      at every micro step and, with accumulation, back for the sum (``async_accumulate_grad_in_cpu_via_gpu``), and
+      brings the updated 16-bit partition back after the step; ``offload_param`` fetches the rank's weight
+      partition for the forward and for the backward of every micro step;
+    - ``cpu_optimizer``: the Adam step of the node's trainable parameters on the host (``cpu_adam_params_per_s``).
+
+    Returns seconds by term and ``total``.
+    """
+    arch, n = setup.arch, setup.world_size
+    micro_steps = max(1, setup.grad_accum)
+    tokens = setup.micro_batch * setup.seq_len * micro_steps
+    psi, psi_t = setup.total_params, setup.trainable_params
+    w = setup.weight_bytes
+    attention = 12 * arch.num_layers * arch.hidden_size * setup.seq_len
+    flops_per_s = rates.gpu_flops * rates.mfu * (0.5 if setup.precision == "fp32" else 1.0)
+    compute = tokens * (4 * psi + 2 * psi_t + attention) / flops_per_s
+    recompute = tokens * (2 * psi + attention / 3) / flops_per_s if setup.grad_ckpt else 0.0
+    share = (n - 1) / n
+    bus = rates.intra_node_bus_bytes_per_s if setup.nodes == 1 else rates.inter_node_bus_bytes_per_s
+    grads, weights = w * psi_t, w * psi
+    stage = setup.zero_stage
+    if n == 1:
+        wire = 0.0
+    elif stage == 0:
+        wire = 2 * share * grads
+    elif stage == 1:
+        wire = 2 * share * grads
+    elif stage == 2:
+        wire = share * grads * micro_steps + share * grads
+    else:
+        wire = (2 * share * weights + share * grads) * micro_steps
+    pcie_bytes = 0.0
+    if setup.offloaded:
+        partition = grads / n
+        pcie_bytes += partition * micro_steps + partition * (micro_steps - 1) * (stage < 3)
+        if not (stage == 3 and setup.offload_param != "none"):
+            pcie_bytes += partition
+    if stage == 3 and setup.offload_param != "none":
+        pcie_bytes += 2 * (weights / n) * micro_steps
+    cpu = psi_t / setup.nodes / rates.cpu_adam_params_per_s if setup.offloaded else 0.0
+    out = {"compute": compute, "recompute": recompute, "communication": wire / bus,
+           "pcie": pcie_bytes / rates.pcie_bytes_per_s, "cpu_optimizer": cpu}
+    out["total"] = sum(out.values())
+    return out
 
 
 def deepspeed_estimator_bytes(setup: Setup) -> int:
@@ -352,6 +460,146 @@ def accelerate_estimator_bytes(setup: Setup) -> int:
     fp32 size (4Ψ): 8Ψ in 16-bit mixed precision, 16Ψ in fp32. No ZeRO, no activations."""
     fp32_size = 4 * setup.total_params
     return 4 * fp32_size if setup.precision == "fp32" else 2 * fp32_size
+
+
+# --- what to change: every setup that trains the same way, ranked by step time --------------------------------------
+
+#: What a change that alters the training itself costs; these rows come after every setup that trains the same way.
+TRAINING_CHANGES = {
+    "seq_len": "truncates longer samples: changes what the model learns",
+    "method": "trains an adapter instead of every weight: changes the method",
+}
+
+#: Headroom below which a fitting setup is tight (MEM502).
+TIGHT = 0.05
+
+
+def _divisors(n: int, limit: int = 4096) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def candidates(setup) -> list:
+    """Every DeepSpeed setup that trains ``setup``'s model the same way on the same GPUs with the same global batch
+    (micro batch x gradient accumulation x world size): each ZeRO stage; offload of the optimizer (stage 1 and up) and
+    of the parameters (stage 3) to the CPU; gradient checkpointing on and off (always off under P-Tuning, which peft
+    refuses with checkpointing); and each micro batch that divides the samples a GPU takes per step."""
+    samples = setup.micro_batch * setup.grad_accum
+    micro = _divisors(samples) or [setup.micro_batch]
+    out = []
+    offloads = [("none", "none"), ("cpu", "none")]
+    for stage in (0, 1, 2, 3):
+        for opt, par in offloads + ([("cpu", "cpu"), ("none", "cpu")] if stage == 3 else []):
+            if stage == 0 and opt != "none":
+                continue
+            for ckpt in ((False,) if setup.method == "ptuning" else (True, False)):
+                base = replace(setup, zero_stage=stage, offload_optimizer=opt, offload_param=par, grad_ckpt=ckpt)
+                out.append((base, micro))
+    return out
+
+
+def _describe(current, changed) -> tuple[str, dict]:
+    """The change from ``current`` to ``changed`` in words, and the ds_config values to set for it."""
+    parts = []
+    if changed.zero_stage != current.zero_stage:
+        parts.append(f"ZeRO-{changed.zero_stage}")
+    for key in ("offload_optimizer", "offload_param"):
+        before, after = getattr(current, key), getattr(changed, key)
+        if before != after:
+            parts.append(f"{key} {after}" if after != "none" else f"no {key}")
+    if changed.grad_ckpt != current.grad_ckpt:
+        parts.append("gradient checkpointing " + ("on" if changed.grad_ckpt else "off"))
+    if changed.micro_batch != current.micro_batch:
+        parts.append(f"micro batch {changed.micro_batch} x gradient_accumulation_steps {changed.grad_accum}")
+    zero: dict = {"stage": changed.zero_stage}
+    if changed.offload_optimizer != "none":
+        zero["offload_optimizer"] = {"device": changed.offload_optimizer}
+    if changed.offload_param != "none":
+        zero["offload_param"] = {"device": changed.offload_param}
+    config = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": changed.micro_batch,
+              "gradient_accumulation_steps": changed.grad_accum}
+    return ", ".join(parts), config
+
+
+def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = None) -> list[dict]:
+    """The setups of :func:`candidates` that fit ``gpu_bytes``, ranked by estimated step time
+    (:func:`step_time`): those with 5% headroom or more first, then the tight ones; for each
+    stage/offload/checkpointing combination the largest micro batch that fits (memory grows with the micro batch, a
+    binary search over the divisors; fewer micro steps mean fewer per-micro-step collectives and copies). When none
+    fits, the closest ones. ``cache`` (bytes by setup) is shared across GPUs of different memory.
+
+    Each row: ``change`` (words), ``deepspeed`` (the ds_config values), ``total_bytes``, ``fits``, ``tight``,
+    ``step_time_s`` (terms and total), ``vs_current`` (step time / the current setup's).
+    """
+    cache = {} if cache is None else cache
+
+    def total(s) -> int:
+        if s not in cache:
+            cache[s] = estimate(s).total
+        return cache[s]
+
+    samples = setup.micro_batch * setup.grad_accum
+    current_time = step_time(setup, rates)["total"]
+    rows, closest = [], []
+    for base, micros in candidates(setup):
+        lo, hi, best = 0, len(micros) - 1, None
+        while lo <= hi:  # the largest micro batch that fits
+            mid = (lo + hi) // 2
+            s = replace(base, micro_batch=micros[mid], grad_accum=samples // micros[mid])
+            if total(s) <= gpu_bytes:
+                best, lo = s, mid + 1
+            else:
+                hi = mid - 1
+        if best is None:
+            smallest = replace(base, micro_batch=micros[0], grad_accum=samples // micros[0])
+            closest.append(smallest)
+            continue
+        if (best.zero_stage, best.offload_optimizer, best.offload_param, best.grad_ckpt, best.micro_batch) == \
+                (setup.zero_stage, setup.offload_optimizer, setup.offload_param, setup.grad_ckpt, setup.micro_batch):
+            continue  # the current setup itself is not a change
+        rows.append(best)
+
+    def row(s) -> dict:
+        times = step_time(s, rates)
+        text, config = _describe(setup, s)
+        used = total(s)
+        return {"change": text, "deepspeed": config, "total_bytes": used, "fits": used <= gpu_bytes,
+                "_parts": (text.count(",") + 1, -s.zero_stage), "tight": used > (1 - TIGHT) * gpu_bytes,
+                "step_time_s": {k: round(v, 4) for k, v in times.items()},
+                "vs_current": round(times["total"] / current_time, 3) if current_time else None}
+
+    ranked = sorted((row(s) for s in rows),
+                    key=lambda r: (r["tight"], r["step_time_s"]["total"], r["total_bytes"], r["_parts"]))
+    if not ranked:
+        ranked = sorted((row(s) for s in closest), key=lambda r: (r["total_bytes"], r["_parts"]))[:3]
+    out, seen = [], set()
+    for r in ranked:  # ZeRO-1 and ZeRO-2 with the optimizer offloaded come out the same: keep the smaller change
+        same = (r["total_bytes"], r["step_time_s"]["total"])
+        if same not in seen:
+            seen.add(same)
+            r.pop("_parts")
+            out.append(r)
+    return out[:limit]
+
+
+def training_changes(setup, gpu_bytes: int) -> list[dict]:
+    """Changes to what is trained, for when no setup of :func:`search` fits: LoRA instead of full fine-tuning,
+    half the sequence length; each with its memory and what it costs (:data:`TRAINING_CHANGES`)."""
+    options = []
+    if setup.method == "full":
+        from dsdoctor.models import default_lora_targets, trainable_params
+
+        targets = default_lora_targets(setup.arch)
+        lora_t = trainable_params(setup.arch, "lora", lora_targets=targets)
+        options.append(("method", f"LoRA r=8 on {','.join(targets)}",
+                        replace(setup, method="lora", trainable_params=lora_t, lora_targets=targets,
+                                total_params=setup.total_params + lora_t)))
+    if setup.seq_len > 256:
+        options.append(("seq_len", f"--seq-len {setup.seq_len // 2}", replace(setup, seq_len=setup.seq_len // 2)))
+    rows = []
+    for key, text, changed in options:
+        used = estimate(changed).total
+        rows.append({"change": text, "total_bytes": used, "fits": used <= gpu_bytes, "cost": TRAINING_CHANGES[key]})
+    return rows
 
 
 # --- rules --------------------------------------------------------------------------------------------------------
@@ -405,6 +653,14 @@ MEM507 = rule(
     why="peft refuses it at the first forward: 'PREFIX_TUNING does not work with gradient checkpointing'.",
     fix="Use --no-grad-ckpt with ptuning (and budget the activations), or LoRA.",
     source="peft/peft_model.py; seen in shared/FACTS.md")
+MEM508 = rule(
+    "MEM508", "warning", "world size assumed",
+    what="Neither --gpus nor NVML gave the number of GPUs, so the estimate is for the world size it states (1 GPU "
+         "per node unless --gpus says otherwise).",
+    why="ZeRO partitions the model states over the world size: the per-GPU memory (and whether it fits) on the "
+        "machine that will train can be several times smaller or larger than the figure shown.",
+    fix="Give --gpus N (and --nodes M) of the machine that will train.",
+    source="ZeRO paper section 3 (model states / N); dsdoctor estimate (issue 12)")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

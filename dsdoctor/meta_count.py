@@ -14,6 +14,7 @@ No remote code runs: a config whose ``model_type`` transformers does not know is
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -87,9 +88,41 @@ def meta_counts(config: dict, method: str, *, lora_r: int = 8, lora_targets: tup
     Raises:
         DsdoctorError: transformers cannot build the architecture from this config.
     """
+    with _quiet():
+        return _meta_counts(config, method, lora_r=lora_r, lora_targets=lora_targets, freeze_last=freeze_last,
+                            prefix_tokens=prefix_tokens)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No output from transformers, peft or torch while the model is built: their logging (transformers' own handler,
+    ``[transformers] Model config: pad_token_id must be ...``), their warnings and anything printed go nowhere, so
+    that the user sees our one line (a count, or ``dsdoctor: error: ...``) and nothing before it. The loggers'
+    levels and the warning filters are restored afterwards."""
+    import importlib
+    import io
+    import logging
     import warnings
 
-    warnings.filterwarnings("ignore")  # transformers' and peft's deprecation notices are not the user's business here
+    names = ("transformers", "peft", "torch", "accelerate", "huggingface_hub")
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        importlib.import_module("transformers")  # it configures its logging at import: set the levels after it
+
+        loggers = [logging.getLogger(name) for name in names]
+        levels = [logger.level for logger in loggers]
+        for logger in loggers:
+            logger.setLevel(logging.CRITICAL + 1)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
+
+
+def _meta_counts(config: dict, method: str, *, lora_r: int, lora_targets: tuple[str, ...], freeze_last: int,
+                 prefix_tokens: int) -> tuple[int, int]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

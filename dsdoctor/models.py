@@ -276,13 +276,35 @@ def _int(config: dict, *keys: str, default: int | None = None, source: str = "")
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             limit = SIZE_LIMITS.get(_LIMIT_OF.get(key, ""), None)
             if limit is not None and value > limit:
-                raise DsdoctorError(f"{source}: {key} = {value} is not a real model's size (at most {limit:,})")
+                raise DsdoctorError(f"{source}: {key} = {_shown(value)} is not a real model's size (at most {limit:,})")
             return value
         if value is not None and key in config:
-            raise DsdoctorError(f"{source}: {key} must be a positive integer, got {value!r}")
+            raise DsdoctorError(f"{source}: {key} must be a positive integer, got {_shown(value)}")
     if default is not None:
         return default
     raise DsdoctorError(f"{source}: config.json has no {' / '.join(keys)} (needed for the parameter count)")
+
+
+def _positions(config: dict, *keys: str, source: str) -> int | None:
+    """The model's context length (the first of ``keys`` present), None when none is given. It changes no
+    parameter count, but a value that is not a positive integer (``"4096"``, ``4096.0``, ``true``) is a broken
+    config.json that transformers' rotary embedding and ``MEM505`` cannot use.
+
+    Raises:
+        DsdoctorError: a present value that is not a positive integer."""
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DsdoctorError(f"{source}: {key} must be a positive integer, got {_shown(value)}")
+        return value
+    return None
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:30] + f"...({len(text)} characters)"
 
 
 def _bool(config: dict, key: str, default: bool, source: str) -> bool:
@@ -291,7 +313,7 @@ def _bool(config: dict, key: str, default: bool, source: str) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise DsdoctorError(f"{source}: {key} must be true or false, got {value!r}")
+        raise DsdoctorError(f"{source}: {key} must be true or false, got {_shown(value)}")
     return value
 
 
@@ -338,7 +360,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         return common(family="chatglm", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
                       intermediate_size=ffn, vocab_size=vocab,
                       tied=_bool(config, "tie_word_embeddings", tied_default, where),
-                      max_positions=config.get("max_sequence_length"), linears=linears,
+                      max_positions=_positions(config, "max_sequence_length", source=where), linears=linears,
                       norm_params_per_layer=4 * h, final_norm_params=2 * h, mlp_gated=False, layer_norm=True)
     if model_type == "chatglm":  # ChatGLM2-6B, ChatGLM3-6B, GLM-4-9B
         h = _int(config, "hidden_size", source=where)
@@ -361,19 +383,20 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
         return common(family="chatglm2", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=kv_dim,
                       intermediate_size=ffn, vocab_size=vocab,
                       tied=_bool(config, "tie_word_embeddings", False, where),
-                      max_positions=config.get("seq_length"), linears=linears, norm_params_per_layer=2 * norm,
+                      max_positions=_positions(config, "seq_length", source=where), linears=linears, norm_params_per_layer=2 * norm,
                       final_norm_params=norm if _bool(config, "post_layer_norm", True, where) else 0, layer_norm=layer_norm)
     if model_type == "gptj":
         h = _int(config, "n_embd", "hidden_size", source=where)
         layers = _int(config, "n_layer", "num_hidden_layers", source=where)
         heads = _int(config, "n_head", "num_attention_heads", source=where)
-        ffn = config.get("n_inner") or 4 * h
+        # GPTJMLP: intermediate_size = config.n_inner if config.n_inner is not None else 4 * embed_dim
+        ffn = _int(config, "n_inner", default=4 * h, source=where)
         vocab = _int(config, "vocab_size", source=where)
         linears = (Linear("q_proj", h, h), Linear("k_proj", h, h), Linear("v_proj", h, h),
                    Linear("out_proj", h, h), Linear("fc_in", h, ffn, True), Linear("fc_out", ffn, h, True))
         return common(family="gptj", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
                       intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
-                      max_positions=config.get("n_positions"), linears=linears, norm_params_per_layer=2 * h,
+                      max_positions=_positions(config, "n_positions", source=where), linears=linears, norm_params_per_layer=2 * h,
                       final_norm_params=2 * h, lm_head_bias=True, mlp_gated=False, layer_norm=True)
     if model_type == "qwen":  # Qwen v1 (remote code)
         h = _int(config, "hidden_size", source=where)
@@ -385,7 +408,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
                    Linear("w2", h, ffn), Linear("mlp.c_proj", ffn, h))
         return common(family="qwen", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=h,
                       intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
-                      max_positions=config.get("seq_length"), linears=linears, norm_params_per_layer=2 * h,
+                      max_positions=_positions(config, "seq_length", source=where), linears=linears, norm_params_per_layer=2 * h,
                       final_norm_params=h)
     if model_type in ("llama", "mistral", "qwen2", "baichuan", "internlm2", "yi"):
         h = _int(config, "hidden_size", source=where)
@@ -413,7 +436,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
                          Linear("o_proj", q, h, model_type != "qwen2" and _bool(config, "attention_bias", False, where)))
             mlp = (Linear("gate_proj", h, ffn, mlp_bias), Linear("up_proj", h, ffn, mlp_bias),
                    Linear("down_proj", ffn, h, mlp_bias))
-        max_positions = config.get("max_position_embeddings") or config.get("model_max_length")
+        max_positions = _positions(config, "max_position_embeddings", "model_max_length", source=where)
         return common(family="llama", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=kv,
                       intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=max_positions, linears=attention + mlp, norm_params_per_layer=2 * h,

@@ -45,7 +45,7 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
 
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
               gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
-              fix: str | None = None, deep: bool = False) -> Report:
+              fix: str | None = None, deep: bool = False, gpu_cc: str | None = None) -> Report:
     """Check a ds_config file; the body of ``dsdoctor check``.
 
     Returns a Report whose ``result`` holds ``world_size`` (and its source), ``launch``, ``effective`` (the config
@@ -74,7 +74,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         if gpu_info is None:
             raise DsdoctorError("--gpu auto: no GPU visible through NVML here; name it (--gpu V100, --gpu A100)")
     else:
-        gpu_info = gpu_from_name(gpu) if gpu else None
+        gpu_info = gpu_from_name(gpu, gpu_cc) if (gpu or gpu_cc) else None
     model_info = None
     if model:
         from dsdoctor.models import model_info as lookup
@@ -199,14 +199,18 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
               help="engine: your loop calls deepspeed.initialize; trainer: the HF Trainer fills \"auto\".")
 @click.option("--hf-args", default=None, metavar="FILE",
               help="TrainingArguments values (JSON, or a LLaMA-Factory style YAML); with --launch trainer.")
-@click.option("--gpu", default=None, metavar="NAME|auto", help="The GPU model (V100, A100, RTX 4090) or auto (NVML).")
+@click.option("--gpu", default=None, metavar="NAME|auto",
+              help="The GPU as nvidia-smi names it (\"NVIDIA A100-SXM4-80GB\", V100, RTX 4090) or auto (NVML).")
+@click.option("--gpu-cc", default=None, metavar="X.Y", help="Compute capability, for a GPU the table lacks (6.1).")
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="A model name (qwen2-7b, chatglm3-6b, ...) or a local directory with config.json.")
 @click.option("--client-optimizer", is_flag=True, help="Your script passes optimizer= to deepspeed.initialize.")
 @click.option("--fix", default=None, metavar="OUT.json", help="Write a corrected copy here (CONFIG is never edited).")
 @click.option("--deep", is_flag=True, help="Also build DeepSpeed's own DeepSpeedConfig from the file (imports DeepSpeed).")
 @report_command(inputs=("config", "hf_args", "model"), outputs=("fix",))
-def check(config, world_size, launch, hf_args, gpu, model, client_optimizer, fix, deep) -> Report:
+def check(config, world_size, launch, hf_args, gpu, gpu_cc, model, client_optimizer, fix, deep) -> Report:
     """Check a DeepSpeed config (JSON or HJSON) before the model loads."""
+    if gpu == "auto" and gpu_cc is not None:
+        raise DsdoctorError("--gpu-cc goes with a GPU's name; with --gpu auto, NVML reports the capability")
     return run_check(config, world_size=world_size, launch=launch, hf_args=hf_args, gpu=gpu, model=model,
-                     client_optimizer=client_optimizer, fix=fix, deep=deep)
+                     client_optimizer=client_optimizer, fix=fix, deep=deep, gpu_cc=gpu_cc)

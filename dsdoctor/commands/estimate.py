@@ -1,129 +1,219 @@
 """``dsdoctor estimate``: per-GPU memory of a DeepSpeed fine-tuning run, before the run.
 
 The arithmetic is :mod:`dsdoctor.checks.memory`; this module resolves the model and the setup (flags, or a
-ds_config), the GPU's memory (flag, NVML, or a table of common cards), and builds the report: the breakdown, host
-RAM, whether it fits and the largest micro batch that does, a ranked list of what to change, the ZeRO stages side
-by side (``--compare``) and DeepSpeed's and accelerate's estimators beside ours.
+ds_config), the GPU (``--gpu-mem``, ``--gpu NAME``, NVML, or the common cards side by side), and builds the report:
+the breakdown at each moment of a step, host RAM, whether it fits and the largest micro batch that does, the setups
+that fit ranked by estimated step time (:func:`search`), the ZeRO stages side by side (``--compare``) and
+DeepSpeed's and accelerate's estimators beside ours.
 
-A registry model never imports torch; ``--model PATH`` of an architecture transformers implements is counted on
+A registry model never imports torch; ``--model PATH`` of an architecture transformers implements may be counted on
 the meta device (:mod:`dsdoctor.meta_count`).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import click
 
-from dsdoctor.cli import report_command
+from dsdoctor.cli import FiniteFloat, report_command
 from dsdoctor.report import DsdoctorError, Report
 
 GIB = 2 ** 30
 
-#: Usable memory NVML reports for common cards, bytes (RTX 3090/4090 and A10: 24 GiB; A100 40GB; A100/H100
-#: 80GB; H200).
-CARDS = {"24 GiB (RTX 3090/4090, A10)": 24 * GIB, "40 GiB (A100 40GB)": 40 * GIB,
-         "80 GiB (A100/H100 80GB)": 80 * GIB, "141 GiB (H200)": 143771 * 2 ** 20}
-
-#: Step-time cost of each change, from the literature and DeepSpeed's docs; the order is the ranking among the
-#: changes that fit.
-COSTS = {
-    "micro_batch": "same global batch; smaller kernels, typically 5-20% slower per sample",
-    "grad_ckpt": "one extra forward per step: about +30-40% step time (Chen et al. 2016)",
-    "zero": "ZeRO-3 moves 1.5x the data of ZeRO-2 (ZeRO paper section 7): small on NVLink, large across nodes",
-    "offload_optimizer": "the Adam step runs on the CPU, gradients cross PCIe: often 1.5-3x slower steps "
-                         "(ZeRO-Offload, Ren et al. 2021)",
-    "offload_param": "weights stream from the host every layer: several times slower (ZeRO-Infinity)",
-    "seq_len": "truncates longer samples: changes what the model learns",
-    "method": "trains an adapter instead of every weight: changes the method",
-}
+#: The cards shown side by side when no GPU is given and none is seen (issue 4): a 24, 40, 80 and 141 GB card,
+#: each with its memory as NVML reports it (:mod:`dsdoctor.hardware`).
+COMMON_CARDS = ("GeForce RTX 4090", "A100 40GB", "A100 80GB", "H200")
 
 
 def gib(n: float) -> str:
     return f"{n / GIB:.2f}"
 
 
+def _short(value) -> str:
+    """A user's number for an error line, at most 24 characters."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} digits)"
+
+
+class Count(click.IntRange):
+    """``click.IntRange(min, max)`` whose error quotes a number of many digits shortened (``--gpus 10**400`` is
+    one short line, not 400 digits)."""
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        if isinstance(value, str) and len(text) > 24:
+            self.fail(f"{text[:12]}... ({len(text)} characters) is not in the range {self.min}<=x<={self.max}",
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def common_cards():
+    """The :class:`dsdoctor.hardware.Gpu` of each of :data:`COMMON_CARDS`."""
+    from dsdoctor.hardware import gpu_from_name
+
+    return [gpu_from_name(name) for name in COMMON_CARDS]
+
+
+# --- the setup from a ds_config -------------------------------------------------------------------------------------
+
 def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str]) -> dict:
-    """Stage, offload, micro batch, precision and bucket sizes from a ds_config; a flag given on the command line
-    wins. Values of "auto" are left to the flags (the Trainer fills them)."""
+    """Stage, offload, micro batch, gradient accumulation, precision and bucket sizes from a ds_config, read as
+    DeepSpeed reads them (``deepspeed/runtime/config.py``, ``zero/config.py``, ``precision_config.py``: pydantic's lax
+    booleans, a missing ``enabled`` is False, the legacy ``cpu_offload``); a flag given on the command line wins.
+    Values of "auto" are left to the flags (the Trainer fills them). ``train_batch_size`` is kept as
+    ``_train_batch_size`` for :func:`_grad_accum`, which needs the world size.
+
+    Raises:
+        DsdoctorError: a value DeepSpeed would refuse or that is not a training setup (one line naming the key).
+    """
+    from dsdoctor.checks.deepspeed_config import as_bool, is_auto, positive_int
     from dsdoctor.configfile import read_ds_config
 
-    config, _duplicates = read_ds_config(path)
+    config, _duplicates = read_ds_config(path, "--deepspeed")
 
     def bad(key: str, value) -> DsdoctorError:
-        return DsdoctorError(f"{path}: {key} = {value!r} is not usable (dsdoctor check {path} explains it)")
+        return DsdoctorError(f"{path}: {key} = {_short(repr(value))} is not usable (dsdoctor check {path} explains it)")
 
-    zero = config.get("zero_optimization", {})
-    if not isinstance(zero, dict):
-        raise bad("zero_optimization", zero)
-
-    def take(option: str, value, cast, source: str):
-        if option in explicit or value is None or value == "auto":
-            if value == "auto":
-                notes.append(f'{source} is "auto" in {path}: using --{option.replace("_", "-")} '
-                             f'{values[option]}')
+    def use(option: str, value, source: str) -> None:
+        if option in explicit:
             return
-        try:
-            values[option] = cast(value)
-        except (TypeError, ValueError):
-            raise DsdoctorError(f"{path}: {source} = {value!r} is not usable (run dsdoctor check {path})") from None
+        values[option] = value
         values.setdefault("_from_config", []).append(option)
 
-    stage = zero.get("stage", 0)
-    if isinstance(stage, bool) or (isinstance(stage, float) and not stage.is_integer()):
-        raise bad("zero_optimization.stage", stage)
-    take("zero", zero.get("stage", 0), int, "zero_optimization.stage")  # DeepSpeed's default stage is 0
-    for key in ("offload_optimizer", "offload_param"):
+    def auto(option: str, source: str) -> None:
+        if option not in explicit:
+            notes.append(f'{source} is "auto" in {path}: using --{option.replace("_", "-")} {values[option]}')
+
+    zero = config.get("zero_optimization")
+    if zero is None:
+        zero = {}
+    elif isinstance(zero, bool):  # the legacy form: true is stage 1 (deepspeed/runtime/zero/config.py)
+        zero = {"stage": 1 if zero else 0}
+    elif not isinstance(zero, dict):
+        raise bad("zero_optimization", zero)
+    stage = zero.get("stage", 0)  # DeepSpeed's default stage is 0
+    if is_auto(stage):
+        auto("zero", "zero_optimization.stage")
+    else:
+        number = None  # pydantic's lax int, as DeepSpeedZeroConfig reads the stage: 2, 2.0 and "2", not true
+        if isinstance(stage, int) and not isinstance(stage, bool):
+            number = stage
+        elif isinstance(stage, float) and stage.is_integer():
+            number = int(stage)
+        elif isinstance(stage, str) and stage.strip().isdigit() and len(stage) < 6:
+            number = int(stage)
+        if number is None or not 0 <= number <= 3:
+            raise bad("zero_optimization.stage", stage)
+        use("zero", number, "zero_optimization.stage")
+    for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         block = zero.get(key)
         if block is None:
+            if as_bool(zero.get(legacy)):
+                use(key, "cpu", f"zero_optimization.{legacy}")
             continue
         if not isinstance(block, dict):
             raise bad(f"zero_optimization.{key}", block)
         device = block.get("device", "none")
-        if device not in ("none", "cpu", "nvme", "auto", None):
+        if is_auto(device):
+            auto(key, f"zero_optimization.{key}.device")
+            continue
+        if device is None:
+            device = "none"
+        if device not in ("none", "cpu", "nvme"):
             raise bad(f"zero_optimization.{key}.device", device)
-        take(key, device or "none", str, f"zero_optimization.{key}.device")
-    if zero.get("cpu_offload") is True and "offload_optimizer" not in explicit:
-        values["offload_optimizer"] = "cpu"
-    take("micro_batch", config.get("train_micro_batch_size_per_gpu"), int, "train_micro_batch_size_per_gpu")
-    enabled = [name for name in ("bf16", "fp16")
-               if isinstance(config.get(name) or (config.get("bfloat16") if name == "bf16" else None), dict)
-               and (config.get(name) or config.get("bfloat16"))["enabled"] is True]
-    if len(enabled) == 2:
+        use(key, device, f"zero_optimization.{key}.device")
+    for key, option in (("train_micro_batch_size_per_gpu", "micro_batch"),
+                        ("gradient_accumulation_steps", "grad_accum"), ("train_batch_size", "_train_batch_size")):
+        value = config.get(key)
+        if value is None:
+            continue
+        if is_auto(value):
+            if option != "_train_batch_size":
+                auto(option, key)
+            continue
+        number = positive_int(value)
+        if number is None or number > 1_000_000_000:
+            raise bad(key, value)
+        if option == "_train_batch_size":
+            values[option] = number
+        else:
+            use(option, number, key)
+    enabled: dict[str, object] = {}
+    for name in ("bf16", "fp16"):
+        block = config.get(name) if config.get(name) is not None else (config.get("bfloat16") if name == "bf16" else None)
+        if block is None:
+            continue
+        if not isinstance(block, dict):
+            raise bad(name, block)
+        flag = block.get("enabled", False)  # DeepSpeedBF16Config / DeepSpeedFP16Config: enabled defaults to False
+        if is_auto(flag):
+            enabled[name] = "auto"
+            continue
+        if as_bool(flag) is None:
+            raise bad(f"{name}.enabled", flag)
+        enabled[name] = as_bool(flag)
+    on = [name for name, flag in enabled.items() if flag is True]
+    if len(on) == 2:
         raise DsdoctorError(f"{path}: bf16 and fp16 are both enabled; DeepSpeed refuses that "
                             f"(dsdoctor check {path} explains it)")
-    if enabled and "precision" not in explicit:
-        values["precision"] = enabled[0]
-        values.setdefault("_from_config", []).append("precision")
-    if not any(isinstance(config.get(n), dict) and config[n].get("enabled") in (True, "auto")
-               for n in ("bf16", "fp16", "bfloat16")) and "precision" not in explicit:
+    if on:
+        use("precision", on[0], f"{on[0]}.enabled")
+    elif "auto" in enabled.values():
+        auto("precision", " / ".join(f"{n}.enabled" for n, f in enabled.items() if f == "auto"))
+    elif "precision" not in explicit:
         values["precision"] = "fp32"
+        values.setdefault("_from_config", []).append("precision")
         notes.append(f"{path} enables neither bf16 nor fp16: DeepSpeed trains in fp32")
     for key, option in (("reduce_bucket_size", "reduce_bucket_size"), ("overlap_comm", "overlap_comm"),
                         ("contiguous_gradients", "contiguous_gradients"),
                         ("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
                         ("stage3_max_live_parameters", "max_live_parameters"), ("sub_group_size", "sub_group_size")):
         value = zero.get(key)
+        if value is None or is_auto(value):
+            continue
         if option in ("overlap_comm", "contiguous_gradients"):
-            if value is None or value == "auto":
-                continue
-            if not isinstance(value, bool):
+            if as_bool(value) is None:
                 raise bad(f"zero_optimization.{key}", value)
-            values[option] = value
-        elif value is not None and value != "auto":
+            values[option] = as_bool(value)
+        else:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e12:
                 raise bad(f"zero_optimization.{key}", value)
             values[option] = int(value)
-        else:
-            continue
         values.setdefault("_from_config", []).append(option)
     return values
 
 
+def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str]) -> None:
+    """Fill ``grad_accum`` (and the micro batch) from the file's batch triple for this world size, as DeepSpeed
+    derives it (``dsdoctor.checks.deepspeed_config.derive_batch``, a copy of ``_set_batch_related_parameters``)."""
+    train = values.pop("_train_batch_size", None)
+    if train is None or path is None:
+        return
+    from dsdoctor.checks.deepspeed_config import derive_batch
+
+    from_config = values.get("_from_config", [])
+    micro = values["micro_batch"] if "micro_batch" in from_config else None
+    accum = values["grad_accum"] if "grad_accum" in from_config else None
+    train_, micro_, accum_, _how, error = derive_batch(train, micro, accum, world_size)
+    if error:
+        notes.append(f"{path}: train_batch_size {train} does not hold on world size {world_size} ({error}); "
+                     f"dsdoctor check {path} --world-size {world_size} explains it")
+        return
+    if micro is None and micro_:
+        values["micro_batch"] = micro_
+    if accum is None and accum_:
+        values["grad_accum"] = accum_
+        notes.append(f"gradient_accumulation_steps {accum_}: train_batch_size {train_} / (micro batch "
+                     f"{values['micro_batch']} x world size {world_size}), as DeepSpeed derives it")
+
+
+# --- the model and the hardware -------------------------------------------------------------------------------------
+
 def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, freeze_last: int,
                 prefix_tokens: int, lora_dropout: float, zero: int, offload_optimizer: str, offload_param: str,
                 gpus: int, nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
-                extra: dict | None = None):
+                extra: dict | None = None, grad_accum: int = 1):
     """The :class:`dsdoctor.checks.memory.Setup` for these choices, with the model resolved and its parameters
     counted: analytically for a registry name and for a local config.json whose every key the formulas account for
     (:func:`dsdoctor.models.unmodeled_keys`); otherwise, for an architecture transformers implements, on the meta
@@ -132,19 +222,20 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     Returns (setup, base_total, counting): the base model's parameters, and how they were counted.
 
     Raises:
-        DsdoctorError: an unknown model or method, impossible numbers (a micro batch, sequence length, GPU or node
-            count below 1, a LoRA rank below 1, ``--freeze-last`` above the layers), offload at ZeRO-0, or
-            parameter offload below ZeRO-3.
+        DsdoctorError: an unknown model or method, impossible numbers (a micro batch, sequence length, gradient
+            accumulation, GPU or node count below 1, a LoRA rank below 1, ``--freeze-last`` above the layers),
+            offload at ZeRO-0, or parameter offload below ZeRO-3.
     """
     from dsdoctor.checks.memory import Setup
     from dsdoctor.models import default_lora_targets, is_local, resolve_arch, trainable_params
 
     for name, value in (("--micro-batch", micro_batch), ("--seq-len", seq_len), ("--gpus", gpus),
-                        ("--nodes", nodes)):
+                        ("--nodes", nodes), ("--grad-accum", grad_accum)):
         if value < 1:
-            raise DsdoctorError(f"{name} must be at least 1, got {value}")
-    if seq_len > 10_000_000 or micro_batch > 1_000_000:
-        raise DsdoctorError(f"--seq-len {seq_len} / --micro-batch {micro_batch}: not a training setup")
+            raise DsdoctorError(f"{name} must be at least 1, got {_short(value)}")
+    if seq_len > 10_000_000 or micro_batch > 1_000_000 or grad_accum > 1_000_000:
+        raise DsdoctorError(f"--seq-len {_short(seq_len)} / --micro-batch {_short(micro_batch)} / --grad-accum "
+                            f"{_short(grad_accum)}: not a training setup")
     if offload_param != "none" and zero != 3:
         raise DsdoctorError(f"--offload-param needs --zero 3 (DeepSpeed offloads parameters only at stage 3), "
                             f"got --zero {zero}")
@@ -172,7 +263,7 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                         f"transformers and peft on the meta device)")
         elif transformers_knows(arch.model_type):
             total, trainable = cached_meta_counts(arch.config, method, lora_r=lora_r, lora_targets=targets,
-                                           freeze_last=freeze_last, prefix_tokens=prefix_tokens)
+                                                  freeze_last=freeze_last, prefix_tokens=prefix_tokens)
             counting = "exact: transformers' model built on the meta device" + \
                        (", peft applied" if method in ("lora", "ptuning") else "") + \
                        (f" (config.json keys the formulas do not model: {', '.join(unmodeled[:6])})"
@@ -184,155 +275,196 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                   offload_optimizer=offload_optimizer, offload_param=offload_param, gpus=gpus, nodes=nodes,
                   micro_batch=micro_batch, seq_len=seq_len, grad_ckpt=grad_ckpt, precision=precision,
                   lora_targets=targets if method == "lora" else (), lora_dropout=lora_dropout,
-                  freeze_last=freeze_last, **(extra or {}))
+                  freeze_last=freeze_last, grad_accum=grad_accum, **(extra or {}))
     return setup, total, counting
 
 
-def gpu_memory(option: str | None, gpus_option: int | None) -> tuple[int | None, int, str]:
-    """(usable bytes per GPU or None, GPUs per node, where they came from) from ``--gpu-mem``/``--gpus`` or NVML.
+@dataclass
+class Hardware:
+    """What the estimate is judged against: ``memory_bytes`` per GPU (None: show :data:`COMMON_CARDS`), GPUs per node
+    and where each came from; ``world_assumed`` when neither ``--gpus`` nor NVML gave the GPU count."""
+
+    gpu: object | None
+    memory_bytes: int | None
+    gpus_per_node: int
+    memory_source: str
+    gpus_source: str
+    world_assumed: bool
+
+
+def resolve_hardware(gpu_mem: str | None, gpus: int | None, gpu: str | None, gpu_cc: str | None) -> Hardware:
+    """The GPU and its memory from ``--gpu-mem`` (GiB or ``auto``), ``--gpu NAME`` (and ``--gpu-cc``), else NVML;
+    GPUs per node from ``--gpus``, else the GPUs NVML sees, else 1 (assumed, reported as MEM508).
 
     Raises:
-        DsdoctorError: a ``--gpu-mem`` that is not a positive number of GiB or ``auto``; ``auto`` with no GPU.
+        DsdoctorError: a ``--gpu-mem`` that is not a positive number of GiB or ``auto``; ``auto`` with no GPU; an
+            unknown ``--gpu`` name or a bad ``--gpu-cc`` (:func:`dsdoctor.hardware.gpu_from_name`); ``--gpu-cc``
+            without ``--gpu``; a ``--gpu`` whose memory is not known without ``--gpu-mem``.
     """
-    from dsdoctor.hardware import visible_gpus
+    from dsdoctor.hardware import gpu_from_name, visible_gpus
 
-    detected = visible_gpus() if (option in (None, "auto") or gpus_option is None) else []
-    if option is None or option == "auto":
-        if detected:
-            memory = min(g.memory_bytes for g in detected)
-            return memory, gpus_option or len(detected), \
-                f"{len(detected)} x {detected[0].name} ({gib(memory)} GiB, NVML)"
-        if option == "auto":
-            raise DsdoctorError("--gpu-mem auto: NVML sees no GPU here; give --gpu-mem GiB (e.g. 80)")
-        return None, gpus_option or 1, "no GPU seen (NVML) and no --gpu-mem: common cards shown"
-    try:
-        value = float(option)
-    except ValueError:
-        raise DsdoctorError(f"--gpu-mem must be a number of GiB or auto, got {option!r}") from None
-    if not 0 < value < 100_000:  # also refuses nan and inf
-        raise DsdoctorError(f"--gpu-mem must be a positive number of GiB, got {option}")
-    return int(value * GIB), gpus_option or (len(detected) if detected else 1), f"--gpu-mem {option} GiB"
+    if gpu_cc is not None and gpu is None:
+        raise DsdoctorError("--gpu-cc goes with --gpu NAME (the card the table lacks); with neither, NVML or the "
+                            "common cards are used")
+    named = gpu_from_name(gpu, gpu_cc) if gpu is not None else None
+    detected = [] if named is not None else visible_gpus()
+    if gpu_mem is not None and gpu_mem != "auto":
+        try:
+            value = float(gpu_mem)
+        except ValueError:
+            raise DsdoctorError(f"--gpu-mem must be a number of GiB or auto, got {_short(gpu_mem)!r}") from None
+        if not 0 < value < 100_000:  # also refuses nan and inf
+            raise DsdoctorError(f"--gpu-mem must be a positive number of GiB, got {_short(gpu_mem)}")
+        memory, source = int(value * GIB), f"--gpu-mem {gpu_mem} GiB"
+    elif named is not None:
+        if gpu_mem == "auto":
+            raise DsdoctorError("--gpu-mem auto reads NVML; with --gpu NAME give --gpu-mem GiB, or drop --gpu")
+        if not named.memory_bytes:
+            variants = named.memory_variants
+            raise DsdoctorError(f"--gpu {named.name}: its memory is not known "
+                                + (f"(it comes with {' or '.join(f'{v} GB' for v in variants)}: say which, e.g. "
+                                   f"--gpu '{named.name} {variants[-1]}GB')" if variants else f"({named.memory_source})"
+                                   if named.memory_source else "")
+                                + "; or give --gpu-mem GiB")
+        memory, source = named.memory_bytes, f"--gpu {named.name}: {named.memory_source}"
+    elif detected:
+        memory = min(g.memory_bytes for g in detected)
+        source = f"{len(detected)} x {detected[0].name} ({gib(memory)} GiB, NVML)"
+    elif gpu_mem == "auto":
+        raise DsdoctorError("--gpu-mem auto: NVML sees no GPU here; give --gpu-mem GiB (e.g. 80) or --gpu NAME")
+    else:
+        memory, source = None, "no GPU seen (NVML) and none given: the common cards side by side"
+    card = named or (detected[0] if detected else None)
+    if gpus is not None:
+        return Hardware(card, memory, gpus, source, "--gpus", False)
+    if detected:
+        return Hardware(card, memory, len(detected), source, f"the {len(detected)} GPU(s) NVML sees", False)
+    return Hardware(card, memory, 1, source, "assumed: no --gpus, and NVML sees no GPU here", True)
 
 
-def what_to_change(setup, gpu_bytes: int) -> list[dict]:
-    """Single changes that bring ``setup`` under ``gpu_bytes`` (or closest to it), ranked: those that fit first,
-    then by step-time cost (:data:`COSTS` order). Each: change, total bytes, fits, cost."""
-    from dsdoctor.checks.memory import estimate, max_micro_batch
+def rates_for(gpu) -> tuple[object, str]:
+    """The step-time :class:`dsdoctor.checks.memory.Rates` for a GPU (its dense 16-bit peak when known), and where
+    the peak comes from."""
+    from dsdoctor.checks.memory import Rates
+    from dsdoctor.checks.training import peak_flops
 
-    options: list[tuple[str, str, object]] = []
-    if setup.micro_batch > 1:
-        best = max_micro_batch(replace(setup, micro_batch=1), gpu_bytes, limit=setup.micro_batch - 1)
-        mb = max(best, 1)
-        factor = setup.micro_batch / mb
-        options.append(("micro_batch", f"--micro-batch {mb} with {factor:g}x gradient_accumulation_steps",
-                        replace(setup, micro_batch=mb)))
-    if not setup.grad_ckpt and setup.method != "ptuning":
-        options.append(("grad_ckpt", "gradient checkpointing on", replace(setup, grad_ckpt=True)))
-    if setup.zero_stage < 3 and setup.world_size > 1:
-        stage = 3 if setup.zero_stage == 2 else 2
-        options.append(("zero", f"ZeRO-{stage}", replace(setup, zero_stage=stage)))
-    if setup.offload_optimizer == "none" and setup.method in ("full", "freeze"):
-        options.append(("offload_optimizer", "offload_optimizer to cpu" + ("" if setup.zero_stage else " (ZeRO-1)"),
-                        replace(setup, offload_optimizer="cpu", zero_stage=max(setup.zero_stage, 1))))
-    if setup.offload_param == "none":
-        options.append(("offload_param", "ZeRO-3 with offload_param and offload_optimizer to cpu",
-                        replace(setup, zero_stage=3, offload_param="cpu", offload_optimizer="cpu")))
-    if setup.seq_len > 256:
-        options.append(("seq_len", f"--seq-len {setup.seq_len // 2}", replace(setup, seq_len=setup.seq_len // 2)))
-    if setup.method == "full":
-        from dsdoctor.models import default_lora_targets, trainable_params
+    peak = peak_flops(gpu.name) if gpu is not None else None
+    if peak:
+        return Rates(gpu_flops=peak), f"{gpu.name}'s dense 16-bit peak {peak / 1e12:.0f} TFLOP/s"
+    return Rates(), "an A100's dense 16-bit peak, 312 TFLOP/s (GPU not known)"
 
-        targets = default_lora_targets(setup.arch)
-        lora_t = trainable_params(setup.arch, "lora", lora_targets=targets)
-        options.append(("method", f"LoRA r=8 on {','.join(targets)}",
-                        replace(setup, method="lora", trainable_params=lora_t, lora_targets=targets,
-                                total_params=setup.total_params + lora_t)))
+
+def _change_rows(rows: list[dict]) -> list[list[str]]:
+    return [[r["change"], gib(r["total_bytes"]), ("tight" if r.get("tight") else "yes") if r["fits"] else "no",
+             f"{r['step_time_s']['total']:.2f} s ({r['vs_current']:.2f}x)" if "step_time_s" in r else r["cost"]]
+            for r in rows]
+
+
+# --- the command ----------------------------------------------------------------------------------------------------
+
+def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world_source: str) -> None:
+    """The per-GPU table: every term at each moment of a step, the peak column marked, what is alive at the peak."""
+    sources = {"weights": "2 bytes x parameters (x 1/N under ZeRO-3)", "gradients": "16-bit, partitioned from ZeRO-2",
+               "optimizer_states": "Adam: fp32 master + 2 moments, 12 bytes x trainable / N",
+               "optimizer_step": "fp32 gradient copies during the step",
+               "activations": "saved for the backward (layer inputs under checkpointing)",
+               "checkpoint_recompute": "one layer recomputed in backward",
+               "logits_and_loss": "micro x seq x vocab x 12 bytes (fp32 log-softmax and gradients)",
+               "deepspeed_buffers": "DeepSpeed's buckets: gradient reduction, ZeRO-3 gathered parameters, offload",
+               "allocator_slack": "PyTorch caching allocator (fitted on an H200)",
+               "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
+    phases = list(est.phase_terms)
+    peak = est.peak_phase
     rows = []
-    order = list(COSTS)
-    for key, text, changed in options:
-        total = estimate(changed).total
-        rows.append({"change": text, "total_bytes": total, "fits": total <= gpu_bytes, "cost": COSTS[key],
-                     "_rank": (total > gpu_bytes, order.index(key))})
-    rows.sort(key=lambda r: r.pop("_rank"))
-    return rows
+    for term in est.phase_terms[peak]:
+        rows.append([term] + [gib(est.phase_terms[p][term]) for p in phases] + [sources.get(term, "")])
+    rows.append(["allocated"] + [gib(est.phases[p]) for p in phases] + ["the sum at each moment"])
+    for term in ("allocator_slack", "cuda_context"):
+        rows.append([term] + [gib(est.terms[term]) if p == peak else "" for p in phases] + [sources[term]])
+    rows.append(["total (what nvidia-smi shows)"] + [gib(est.total) if p == peak else "" for p in phases]
+                + [f"the peak: at {peak}"])
+    rows.append(["(model states: weights + gradients + Adam)"] + [gib(states_bytes) if p == peak else ""
+                                                                  for p in phases]
+                + ["the ZeRO paper's 16 bytes x parameters, partitioned by stage"])
+    live = [t for t, v in est.phase_terms[peak].items() if v]
+    gone = [t for t in est.phase_terms[peak] if not est.phase_terms[peak][t]
+            and any(est.phase_terms[p][t] for p in phases)]
+    rows.append(["(alive at the peak)"] + [""] * len(phases)
+                + [", ".join(live) + (f"; not alive then: {', '.join(gone)}" if gone else "")])
+    report.tables.append((f"Per-GPU memory, GiB, at each moment of a step: {setup.arch.name}, {method}, "
+                          f"ZeRO-{setup.zero_stage}, micro batch {setup.micro_batch} x seq {setup.seq_len}, "
+                          f"{'checkpointing' if setup.grad_ckpt else 'no checkpointing'}, {setup.precision}, "
+                          f"world size {setup.world_size} ({world_source})",
+                          ["term"] + [f"{p} (peak)" if p == peak else p for p in phases] + ["what"], rows))
 
 
 def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: str, method: str, lora_r: int,
                  lora_targets: str | None, lora_dropout: float, freeze_last: int, prefix_tokens: int, gpus: int | None,
                  nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
                  deepspeed: str | None, gpu_mem: str | None, host_mem: float | None, compare: bool,
-                 explicit: set[str]) -> Report:
+                 explicit: set[str], grad_accum: int = 1, gpu: str | None = None,
+                 gpu_cc: str | None = None) -> Report:
     """The body of ``dsdoctor estimate`` (see the module docstring). Raises DsdoctorError on bad input."""
     from dsdoctor.checks import memory as mem
 
     notes: list[str] = []
     values = {"zero": zero, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
-              "micro_batch": micro_batch, "precision": precision}
+              "micro_batch": micro_batch, "precision": precision, "grad_accum": grad_accum}
     if deepspeed:
         values = _from_deepspeed(deepspeed, explicit, values, notes)
+    hw = resolve_hardware(gpu_mem, gpus, gpu, gpu_cc)
+    _grad_accum(values, hw.gpus_per_node * nodes, deepspeed, notes)
     from_config = values.pop("_from_config", [])
     extra = {k: values.pop(k) for k in list(values) if k in ("reduce_bucket_size", "overlap_comm",
                                                               "contiguous_gradients", "prefetch_bucket_size",
                                                               "max_live_parameters", "sub_group_size")}
-    if values["zero"] not in (0, 1, 2, 3):
-        raise DsdoctorError(f"ZeRO stage must be 0, 1, 2 or 3, got {values['zero']}")
     if deepspeed and values["offload_param"] != "none" and values["zero"] != 3 and "offload_param" in from_config:
         raise DsdoctorError(f"{deepspeed} offloads parameters (zero_optimization.offload_param), which DeepSpeed "
                             f"does only at ZeRO-3, but the stage is {values['zero']}"
                             + (" (--zero on the command line)" if "zero" in explicit else ""))
-    if values["offload_optimizer"] not in ("none", "cpu", "nvme") or values["offload_param"] not in ("none", "cpu", "nvme"):
-        raise DsdoctorError("offload devices are none, cpu or nvme")
-    gpu_bytes, gpus_per_node, gpu_source = gpu_memory(gpu_mem, gpus)
     setup, base_total, counting = build_setup(
         model, method, lora_r, lora_targets, freeze_last, prefix_tokens, lora_dropout, values["zero"],
-        values["offload_optimizer"], values["offload_param"], gpus_per_node, nodes, values["micro_batch"], seq_len,
-        grad_ckpt, values["precision"], extra)
+        values["offload_optimizer"], values["offload_param"], hw.gpus_per_node, nodes, values["micro_batch"], seq_len,
+        grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"])
     est = mem.estimate(setup)
     states = mem.model_state_bytes(setup)
     arch = setup.arch
+    gpu_bytes = hw.memory_bytes
+    rates, rates_source = rates_for(hw.gpu)
     report = Report("estimate")
 
     per_gpu = dict(est.terms)
     per_gpu["total"] = est.total
+    world_source = f"{hw.gpus_per_node} GPU(s) per node: {hw.gpus_source}; {nodes} node(s)"
     result = {
         "model": arch.name, "model_source": arch.source, "counting": counting,
         "total_params": base_total, "trainable_params": setup.trainable_params,
         "setup": {"method": method, "zero_stage": setup.zero_stage, "offload_optimizer": setup.offload_optimizer,
                   "offload_param": setup.offload_param, "gpus_per_node": setup.gpus, "nodes": setup.nodes,
-                  "world_size": setup.world_size, "micro_batch": setup.micro_batch, "seq_len": setup.seq_len,
+                  "world_size": setup.world_size, "world_size_source": world_source,
+                  "micro_batch": setup.micro_batch, "gradient_accumulation_steps": setup.grad_accum,
+                  "global_batch": setup.micro_batch * setup.grad_accum * setup.world_size, "seq_len": setup.seq_len,
                   "grad_ckpt": setup.grad_ckpt, "precision": setup.precision,
                   "lora_targets": list(setup.lora_targets), "from_deepspeed_config": from_config},
         "per_gpu_bytes": per_gpu,
         "model_states_bytes": sum(states[k] for k in ("weights", "gradients", "persistent_gradients",
                                                       "optimizer_states")),
-        "peak_phase": est.peak_phase, "phases_bytes": est.phases,
+        "peak_phase": est.peak_phase, "phases_bytes": est.phases, "terms_by_phase_bytes": est.phase_terms,
         "allocated_bytes": est.allocated, "reserved_bytes": est.reserved,
-        "host_bytes": est.host, "gpu_memory_bytes": gpu_bytes, "gpu_source": gpu_source,
+        "host_bytes": est.host, "gpu_memory_bytes": gpu_bytes, "gpu_source": hw.memory_source,
+        "gpu": None if hw.gpu is None else {
+            "name": hw.gpu.name, "compute_capability": "%d.%d" % hw.gpu.capability,
+            "memory_bytes": hw.gpu.memory_bytes, "memory_source": hw.gpu.memory_source,
+            "capability_source": hw.gpu.capability_source},
+        "step_time_s": {k: round(v, 4) for k, v in mem.step_time(setup, rates).items()},
+        "step_time_basis": rates_source,
         "deepspeed_estimator_bytes": mem.deepspeed_estimator_bytes(setup),
         "accelerate_estimator_bytes": mem.accelerate_estimator_bytes(setup),
     }
     report.result = result
 
-    # the breakdown
-    sources = {"weights": "2 bytes x parameters (x 1/N under ZeRO-3)", "gradients": "16-bit, partitioned from ZeRO-2",
-               "optimizer_states": "Adam: fp32 master + 2 moments, 12 bytes x trainable / N",
-               "optimizer_step": "fp32 gradient copies during the step",
-               "activations": "saved at the start of backward (layer inputs under checkpointing)",
-               "checkpoint_recompute": "one layer recomputed in backward",
-               "logits_and_loss": "micro x seq x vocab x 12 bytes (fp32 log-softmax and gradients)",
-               "deepspeed_buffers": "DeepSpeed's buckets: gradient reduction, ZeRO-3 gathered parameters, offload",
-               "allocator_slack": "PyTorch caching allocator (fitted on an H200)",
-               "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
-    rows = [[term, gib(value), sources.get(term, "")] for term, value in est.terms.items()]
-    rows.append(["total (what nvidia-smi shows)", gib(est.total), f"peak at: {est.peak_phase}"])
-    rows.append(["(model states: weights + gradients + Adam)", gib(result["model_states_bytes"]),
-                 "the ZeRO paper's 16 bytes x parameters, partitioned by stage"])
-    report.tables.append((f"Per-GPU memory, GiB: {arch.name}, {method}, ZeRO-{setup.zero_stage}, "
-                          f"micro batch {setup.micro_batch} x seq {setup.seq_len}, "
-                          f"{'checkpointing' if setup.grad_ckpt else 'no checkpointing'}, {setup.precision}, "
-                          f"{setup.world_size} GPU(s)", ["term", "GiB", "what"], rows))
-    host_rows = [[k, gib(v)] for k, v in est.host.items()]
-    report.tables.append(("Host RAM, GiB", ["what", "GiB"], host_rows))
+    _breakdown(report, est, setup, method, result["model_states_bytes"], world_source)
+    report.tables.append(("Host RAM, GiB", ["what", "GiB"], [[k, gib(v)] for k, v in est.host.items()]))
     report.tables.append(("Other estimators, per GPU (model states only: no activations, no logits)",
                           ["estimator", "GiB"],
                           [["DeepSpeed estimate_zero%s_model_states_mem_needs (all parameters as trained)"
@@ -340,64 +472,27 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                            ["accelerate estimate-memory, Training using Adam", gib(result["accelerate_estimator_bytes"])],
                            ["dsdoctor", gib(est.total)]]))
 
-    # fits?
     if gpu_bytes is None:
-        fits_by_card = {name: est.total <= size for name, size in CARDS.items()}
-        result["fits"] = None
-        result["fits_by_card"] = fits_by_card
-        result["max_micro_batch"] = {name: mem.max_micro_batch(setup, size) for name, size in CARDS.items()}
-        report.tables.append(("Common cards (no GPU seen: give --gpu-mem or run on the GPU machine)",
-                              ["card", "fits", "headroom GiB", "max micro batch"],
-                              [[name, "yes" if fits_by_card[name] else "NO", gib(size - est.total),
-                                str(result["max_micro_batch"][name])] for name, size in CARDS.items()]))
-        too_small = [n.split(" (")[0] for n, f in fits_by_card.items() if not f]
-        ask = "give --gpu-mem GiB (or run where NVML sees the GPUs) for the ranked list of changes"
-        if not too_small:
-            report.add(mem.MEM500.finding(f"{gib(est.total)} GiB per GPU: fits every card listed",
-                                          title="fits on 24 GiB and up"))
-        elif len(too_small) == len(CARDS):
-            report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: more than any card listed (the largest, "
-                                          f"an H200, has {gib(max(CARDS.values()))} GiB)",
-                                          fix=f"More GPUs with ZeRO-3, offload, or LoRA; {ask}"))
-        else:
-            report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: does not fit " + ", ".join(too_small)
-                                          + " cards", severity="info", title="does not fit on smaller cards",
-                                          fix=ask))
+        _common_cards(report, setup, est, result)
     else:
-        fits = est.total <= gpu_bytes
-        result["fits"] = fits
-        result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
-        headroom = gpu_bytes - est.total
-        result["headroom_bytes"] = headroom
-        changes = what_to_change(setup, gpu_bytes) if (not fits or headroom < 0.05 * gpu_bytes) else []
-        result["what_to_change"] = changes
-        if changes:
-            report.tables.append((f"What to change (GPU: {gib(gpu_bytes)} GiB), ranked", ["change", "GiB", "fits",
-                                                                                            "step-time cost"],
-                                  [[c["change"], gib(c["total_bytes"]), "yes" if c["fits"] else "no", c["cost"]]
-                                   for c in changes]))
-        if not fits:
-            first = next((c for c in changes if c["fits"]), None)
-            fix = (f"{first['change']} ({gib(first['total_bytes'])} GiB; {first['cost']})" if first
-                   else "no single change fits: combine them (see the list), or use more GPUs with ZeRO-3")
-            report.add(mem.MEM501.finding(
-                f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
-                f"({gpu_source})", fix=fix))
-        elif headroom < 0.05 * gpu_bytes:
-            report.add(mem.MEM502.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(headroom)} GiB spare"))
-        else:
-            report.add(mem.MEM500.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB ({gpu_source}); largest "
-                                          f"micro batch that fits: {result['max_micro_batch']}"))
-        if setup.offload_optimizer != "none" or setup.offload_param != "none":
-            plain = replace(setup, offload_optimizer="none", offload_param="none")
-            plain_total = mem.estimate(plain).total
-            if plain_total <= 0.95 * gpu_bytes:
-                report.add(mem.MEM503.finding(f"without offload: {gib(plain_total)} of {gib(gpu_bytes)} GiB"))
+        _one_gpu(report, setup, est, result, gpu_bytes, hw, rates)
+    if hw.world_assumed:
+        report.add(mem.MEM508.finding(
+            f"world size {setup.world_size} ({hw.gpus_source}; {nodes} node(s)): ZeRO-{setup.zero_stage} "
+            f"partitions over it, so the per-GPU memory of the machine that will train can differ",
+            fix="Give --gpus N (and --nodes M) of the machine that will train; --compare then shows each ZeRO stage "
+                "for that world size"))
+    if hw.gpu is not None and setup.precision == "bf16" and not hw.gpu.bf16:
+        from dsdoctor.checks.deepspeed_config import DS111
+
+        report.add(DS111.finding(f"--precision bf16 on {hw.gpu.name} (compute capability "
+                                 f"{hw.gpu.capability[0]}.{hw.gpu.capability[1]} < 8.0)",
+                                 fix="--precision fp16 here, and fp16 instead of bf16 in the config"))
 
     # host RAM
     from dsdoctor.hardware import host_ram_bytes
 
-    host_total = int(host_mem * GIB) if host_mem else (host_ram_bytes() if gpu_source.endswith("NVML)") else None)
+    host_total = int(host_mem * GIB) if host_mem else (host_ram_bytes() if hw.memory_source.endswith("NVML)") else None)
     if host_total and est.host["needed_per_node"] > 0.9 * host_total:
         offload = (f"{gib(est.host['offload_per_node'])} GiB of offloaded states x {mem.HOST_BUFFER_FACTOR} for "
                    f"pinned buffers, plus " if est.host["offload_per_node"] else "")
@@ -430,9 +525,106 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         body.append(["total"] + [gib(stages[s].total) for s in stages])
         if gpu_bytes:
             body.append(["fits"] + ["yes" if stages[s].total <= gpu_bytes else "NO" for s in stages])
-        report.tables.append((f"ZeRO stages side by side, GiB ({setup.world_size} GPU(s))",
+        report.tables.append((f"ZeRO stages side by side, GiB (world size {setup.world_size})",
                               ["term"] + [f"ZeRO-{s}" for s in stages], body))
     return report
+
+
+def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardware, rates) -> None:
+    """The verdict against one GPU's memory, and the ranked setups when it does not fit or is tight."""
+    from dsdoctor.checks import memory as mem
+
+    fits = est.total <= gpu_bytes
+    headroom = gpu_bytes - est.total
+    result["fits"] = fits
+    result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
+    result["headroom_bytes"] = headroom
+    changes = mem.search(setup, gpu_bytes, rates) if (not fits or headroom < mem.TIGHT * gpu_bytes) else []
+    if changes and not any(c["fits"] for c in changes):
+        changes += mem.training_changes(setup, gpu_bytes)
+    result["what_to_change"] = changes
+    if changes:
+        report.tables.append((f"What to change (GPU: {gib(gpu_bytes)} GiB), ranked by estimated step time "
+                              f"(same global batch {result['setup']['global_batch']}; {result['step_time_basis']}; "
+                              f"now {result['step_time_s']['total']:.2f} s)",
+                              ["change", "GiB", "fits", "step time (vs now)"], _change_rows(changes)))
+    if not fits:
+        first = next((c for c in changes if c["fits"]), None)
+        if first is None:
+            fix = "no setup of this model, method and batch fits: more GPUs with ZeRO-3, or the changes listed"
+        elif "step_time_s" in first:
+            fix = (f"{first['change']}: {gib(first['total_bytes'])} GiB, about {first['vs_current']:.2f}x the step "
+                   f"time (the fastest that fits; the table lists the others)")
+        else:
+            fix = f"{first['change']} ({gib(first['total_bytes'])} GiB; {first['cost']})"
+        report.add(mem.MEM501.finding(
+            f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
+            f"({hw.memory_source})", fix=fix))
+    elif headroom < mem.TIGHT * gpu_bytes:
+        report.add(mem.MEM502.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(headroom)} GiB spare"))
+    else:
+        report.add(mem.MEM500.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB ({hw.memory_source}); largest "
+                                      f"micro batch that fits: {result['max_micro_batch']}"))
+    if setup.offload_optimizer != "none" or setup.offload_param != "none":
+        plain = replace(setup, offload_optimizer="none", offload_param="none")
+        plain_total = mem.estimate(plain).total
+        if plain_total <= 0.95 * gpu_bytes:
+            report.add(mem.MEM503.finding(f"without offload: {gib(plain_total)} of {gib(gpu_bytes)} GiB"))
+
+
+def _common_cards(report: Report, setup, est, result: dict) -> None:
+    """No GPU given or seen: the verdict for each of :data:`COMMON_CARDS` side by side, with the fastest setup that
+    fits each (the same search as for one GPU)."""
+    from dsdoctor.checks import memory as mem
+
+    cards = common_cards()
+    cache: dict = {}
+    fits_by_card, best, max_micro = {}, {}, {}
+    rows = []
+    for card in cards:
+        size = card.memory_bytes
+        fits_by_card[card.name] = est.total <= size
+        max_micro[card.name] = mem.max_micro_batch(setup, size)
+        rates, _ = rates_for(card)
+        tight = est.total > (1 - mem.TIGHT) * size
+        found = mem.search(setup, size, rates, limit=1, cache=cache) if (tight or not fits_by_card[card.name]) else []
+        best[card.name] = found[0] if found and found[0]["fits"] else None
+        if fits_by_card[card.name] and not tight:
+            advice = "as configured"
+        elif best[card.name]:
+            advice = (f"{best[card.name]['change']} ({gib(best[card.name]['total_bytes'])} GiB, "
+                      f"{best[card.name]['vs_current']:.2f}x the step time)")
+        else:
+            advice = "no setup of this method and batch fits one card"
+        rows.append([card.label, ("tight" if tight else "yes") if fits_by_card[card.name] else "NO",
+                     gib(size - est.total), str(max_micro[card.name]), advice])
+    result["fits"] = None
+    result["cards"] = {card.name: {"memory_bytes": card.memory_bytes, "memory_source": card.memory_source}
+                       for card in cards}
+    result["fits_by_card"] = fits_by_card
+    result["max_micro_batch"] = max_micro
+    result["best_change_by_card"] = best
+    report.tables.append((f"Common cards side by side (no GPU seen or given: --gpu NAME or --gpu-mem GiB for yours; "
+                          f"world size {setup.world_size})",
+                          ["card (NVML memory)", "fits", "headroom GiB", "max micro batch", "fastest setup that fits"],
+                          rows))
+    too_small = [c for c in cards if not fits_by_card[c.name]]
+    if not too_small:
+        report.add(mem.MEM500.finding(f"{gib(est.total)} GiB per GPU: fits every card listed "
+                                      f"({', '.join(c.label for c in cards)})", title="fits on every card listed"))
+    elif len(too_small) == len(cards):
+        largest = max(cards, key=lambda c: c.memory_bytes)
+        rescue = [c.name for c in cards if best[c.name]]
+        report.add(mem.MEM501.finding(
+            f"{gib(est.total)} GiB per GPU: more than any card listed (the largest: {largest.label})",
+            fix=("Change the setup as the table says for each card (" + ", ".join(rescue) + ")" if rescue else
+                 "More GPUs with ZeRO-3, offload, or LoRA") + "; --gpu NAME or --gpu-mem GiB for yours"))
+    else:
+        report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: does not fit "
+                                      + ", ".join(c.label for c in too_small), severity="info",
+                                      title="does not fit on smaller cards",
+                                      fix="On those cards, the setup the table gives; --gpu NAME or --gpu-mem GiB "
+                                          "for yours"))
 
 
 @click.command("estimate")
@@ -444,36 +636,42 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
 @click.option("--offload-param", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)
 @click.option("--method", type=click.Choice(["full", "lora", "freeze", "ptuning"]), default="full",
               show_default=True)
-@click.option("--lora-r", type=int, default=8, show_default=True)
+@click.option("--lora-r", type=Count(1, 65536), default=8, show_default=True)
 @click.option("--lora-targets", default=None, help="Comma-separated module names (default: peft's for the model).")
-@click.option("--lora-dropout", type=float, default=0.05, show_default=True)
-@click.option("--freeze-last", type=int, default=2, show_default=True, help="freeze: the last N layers train.")
-@click.option("--prefix-tokens", type=int, default=16, show_default=True, help="ptuning: virtual tokens.")
-@click.option("--gpus", type=int, default=None, help="GPUs per node (default: the GPUs NVML sees, else 1).")
-@click.option("--nodes", type=int, default=1, show_default=True)
-@click.option("--micro-batch", type=int, default=1, show_default=True, help="train_micro_batch_size_per_gpu.")
-@click.option("--seq-len", type=int, default=1024, show_default=True)
+@click.option("--lora-dropout", type=FiniteFloat(min=0, max=1), default=0.05, show_default=True)
+@click.option("--freeze-last", type=Count(0, 100_000), default=2, show_default=True,
+              help="freeze: the last N layers train.")
+@click.option("--prefix-tokens", type=Count(1, 1_000_000), default=16, show_default=True,
+              help="ptuning: virtual tokens.")
+@click.option("--gpus", type=Count(1, 1024), default=None,
+              help="GPUs per node (default: the GPUs NVML sees, else 1, reported as assumed).")
+@click.option("--nodes", type=Count(1, 100_000), default=1, show_default=True)
+@click.option("--micro-batch", type=Count(1, 1_000_000), default=1, show_default=True,
+              help="train_micro_batch_size_per_gpu.")
+@click.option("--grad-accum", type=Count(1, 1_000_000), default=1, show_default=True,
+              help="gradient_accumulation_steps (kept with the micro batch when changes are proposed).")
+@click.option("--seq-len", type=Count(1, 10_000_000), default=1024, show_default=True)
 @click.option("--grad-ckpt/--no-grad-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--deepspeed", default=None, metavar="ds_config.json",
-              help="Take stage, offload, micro batch, precision and bucket sizes from this config.")
-@click.option("--gpu-mem", default=None, metavar="GiB|auto", help="Memory per GPU (default: NVML).")
-@click.option("--host-mem", type=float, default=None, metavar="GiB", help="Host RAM per node (offload check).")
+              help="Take stage, offload, batch, precision and bucket sizes from this config.")
+@click.option("--gpu", default=None, metavar="NAME",
+              help="The GPU as nvidia-smi names it (\"NVIDIA A100-SXM4-80GB\", RTX 4090): its memory and capability.")
+@click.option("--gpu-cc", default=None, metavar="X.Y", help="Compute capability, with a --gpu the table lacks.")
+@click.option("--gpu-mem", default=None, metavar="GiB|auto", help="Memory per GPU (default: --gpu, else NVML).")
+@click.option("--host-mem", type=FiniteFloat(min=0, min_open=True, max=1_000_000), default=None, metavar="GiB",
+              help="Host RAM per node (offload check).")
 @click.option("--compare", is_flag=True, help="Show ZeRO stages 0 to 3 side by side.")
 @report_command(inputs=("model", "deepspeed"))
 def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout, freeze_last,
-             prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision, deepspeed, gpu_mem, host_mem,
-             compare) -> Report:
+             prefix_tokens, gpus, nodes, micro_batch, grad_accum, seq_len, grad_ckpt, precision, deepspeed, gpu, gpu_cc,
+             gpu_mem, host_mem, compare) -> Report:
     """Per-GPU memory of a DeepSpeed fine-tuning run: model states by ZeRO stage, activations, logits, buffers,
-    allocator and CUDA context, against the GPU's memory; what fits and what to change."""
+    allocator and CUDA context, against the GPU's memory; what fits, and the fastest setups that do."""
     ctx = click.get_current_context()
-    explicit = {name for name in ("zero", "offload_optimizer", "offload_param", "micro_batch", "precision")
+    explicit = {name for name in ("zero", "offload_optimizer", "offload_param", "micro_batch", "precision",
+                                  "grad_accum")
                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
-    if host_mem is not None and not 0 < host_mem < 1_000_000:
-        raise DsdoctorError(f"--host-mem must be a positive number of GiB, got {host_mem}")
-    if gpus is not None and gpus < 1:
-        raise DsdoctorError(f"--gpus must be at least 1, got {gpus}")
     return run_estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout,
                         freeze_last, prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision,
-                        deepspeed, gpu_mem, host_mem, compare, explicit)
-
+                        deepspeed, gpu_mem, host_mem, compare, explicit, grad_accum=grad_accum, gpu=gpu, gpu_cc=gpu_cc)
