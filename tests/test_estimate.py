@@ -318,3 +318,317 @@ def test_all_linear_lora_targets(runner):
     data, _ = run_json(runner, "--model", "llama-2-7b", "--method", "lora", "--lora-targets", "all-linear",
                        "--gpu-mem", "80")
     assert data["result"]["trainable_params"] == 32 * 8 * (4 * (4096 + 4096) + 3 * (4096 + 11008))
+
+
+# --- issue 12: what to change -------------------------------------------------------------------------------------
+
+def _gib_arg(n_bytes: int) -> str:
+    return f"{n_bytes / GIB:.6f}"
+
+
+def test_changes_keep_the_global_batch_with_integer_triples(runner):
+    """A micro batch of 4 where 3 fits proposed "1.33333x gradient_accumulation_steps": only micro batches that
+    divide the samples per GPU, each with its integer gradient accumulation, keeping micro x accumulation x world."""
+    base = replace(setup("qwen2.5-0.5b", "lora"), method="lora", trainable_params=540_672,
+                   total_params=494_032_768 + 540_672, lora_targets=("q_proj", "v_proj"), gpus=2, seq_len=2048)
+    limit = (estimate(replace(base, micro_batch=3)).total + estimate(replace(base, micro_batch=4)).total) // 2
+    data, code = run_json(runner, "--model", "qwen2.5-0.5b", "--method", "lora", "--micro-batch", "4",
+                          "--grad-accum", "3", "--seq-len", "2048", "--gpus", "2", "--gpu-mem", _gib_arg(limit))
+    changes = data["result"]["what_to_change"]
+    assert code == 1 and changes
+    assert data["result"]["setup"]["global_batch"] == 4 * 3 * 2
+    for change in changes:
+        ds = change["deepspeed"]
+        micro, accum = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
+        assert isinstance(micro, int) and isinstance(accum, int) and micro * accum == 12
+        assert "." not in change["change"]
+    assert any(c["deepspeed"]["train_micro_batch_size_per_gpu"] == 3 and c["deepspeed"]["gradient_accumulation_steps"]
+               == 4 for c in changes)  # 3 divides 12: the micro batch that fits, with 4 accumulation steps
+
+
+def test_chatglm_on_four_24gib_cards_ranks_the_fast_option_first(runner):
+    """Issue 12: with ZeRO-3 on 4 x 24 GiB, ZeRO-3 with parameter offload was ranked first although ZeRO-3 with only
+    the optimizer offloaded fits and is faster. Every combination is searched and ranked by estimated step time."""
+    data, code = run_json(runner, "--model", "chatglm-6b", "--zero", "3", "--gpus", "4", "--gpu-mem", "24")
+    changes = data["result"]["what_to_change"]
+    assert code == 1 and all(c["fits"] for c in changes)
+    times = [c["step_time_s"]["total"] for c in changes if not c["tight"]]
+    assert times == sorted(times)
+    assert "offload_param" not in changes[0]["change"]
+    by_change = {c["change"]: c for c in changes}
+    optimizer_only, both = by_change["offload_optimizer cpu"], by_change["offload_optimizer cpu, offload_param cpu"]
+    assert optimizer_only["step_time_s"]["total"] < both["step_time_s"]["total"]
+    assert changes.index(optimizer_only) < changes.index(both)
+    assert optimizer_only["deepspeed"]["zero_optimization"] == {"stage": 3, "offload_optimizer": {"device": "cpu"}}
+    assert "MEM501" == data["findings"][0]["id"] and "the fastest that fits" in data["findings"][0]["fix"]
+
+
+def test_candidates_cover_every_combination():
+    from dsdoctor.checks.memory import candidates
+
+    s = replace(setup("llama-2-7b"), gpus=4, micro_batch=4, grad_accum=3)
+    combos = {(c.zero_stage, c.offload_optimizer, c.offload_param, c.grad_ckpt) for c, _ in candidates(s)}
+    # ZeRO-0: no offload; 1-2: optimizer offload or not; 3: optimizer and/or parameter offload; checkpointing both
+    assert len(combos) == 2 * (1 + 2 + 2 + 4)
+    assert all(micros == [1, 2, 3, 4, 6, 12] for _, micros in candidates(s))
+    ptuning = {c.grad_ckpt for c, _ in candidates(replace(s, method="ptuning"))}
+    assert ptuning == {False}  # peft refuses prefix tuning with checkpointing
+
+
+def test_step_time_terms_by_hand():
+    """The step-time model's terms (checks/memory.py step_time), recomputed here from its stated sources."""
+    from dsdoctor.checks.memory import Rates, step_time
+
+    s = replace(setup("llama-2-7b"), gpus=4, micro_batch=2, grad_accum=3, seq_len=1024, zero_stage=2)
+    r = Rates(gpu_flops=100e12, mfu=0.5, pcie_bytes_per_s=20e9, intra_node_bus_bytes_per_s=50e9,
+              cpu_adam_params_per_s=1e9)
+    psi, L, h = s.total_params, s.arch.num_layers, s.arch.hidden_size
+    tokens, rate = 2 * 1024 * 3, 50e12
+    t = step_time(s, r)
+    assert t["compute"] == pytest.approx(tokens * (6 * psi + 12 * L * h * 1024) / rate)
+    assert t["recompute"] == pytest.approx(tokens * (2 * psi + 4 * L * h * 1024) / rate)
+    # ZeRO-2: a reduce-scatter per micro step and one all-gather, (N-1)/N of the 16-bit gradients each
+    assert t["communication"] == pytest.approx((3 + 1) * 0.75 * 2 * psi / 50e9)
+    assert t["pcie"] == t["cpu_optimizer"] == 0
+    z3 = step_time(replace(s, zero_stage=3, grad_accum=1), r)
+    z2 = step_time(replace(s, grad_accum=1), r)
+    assert z3["communication"] == pytest.approx(1.5 * z2["communication"])  # ZeRO paper section 7: 3 psi vs 2 psi
+    off = step_time(replace(s, offload_optimizer="cpu"), r)
+    # gradients to the host each micro step, back for the sum on the 2nd and 3rd, the updated weights back once
+    assert off["pcie"] == pytest.approx((3 + 2 + 1) * 2 * psi / 4 / 20e9)
+    assert off["cpu_optimizer"] == pytest.approx(psi / 1e9)
+    par = step_time(replace(s, zero_stage=3, offload_optimizer="cpu", offload_param="cpu"), r)
+    assert par["pcie"] == pytest.approx((3 + 2 * 3) * 2 * psi / 4 / 20e9)  # weight partition fetched twice a micro step
+    lora = step_time(replace(s, method="lora", trainable_params=4_194_304, grad_ckpt=False), r)
+    assert lora["compute"] < t["compute"] and lora["recompute"] == 0
+
+
+def test_gradient_accumulation_from_the_deepspeed_config(runner, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": True},
+                               "zero_optimization": {"stage": 2}}))
+    data, _ = run_json(runner, "--model", "llama-2-7b", "--deepspeed", str(cfg), "--gpus", "4", "--gpu-mem", "24")
+    s = data["result"]["setup"]
+    assert (s["micro_batch"], s["gradient_accumulation_steps"], s["global_batch"]) == (4, 2, 32)
+    for change in data["result"]["what_to_change"]:
+        ds = change.get("deepspeed")
+        if ds:
+            assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 4 == 32
+
+
+# --- issue 12: no GPU here --------------------------------------------------------------------------------------------
+
+def test_assumed_world_size_is_a_finding(runner):
+    data, _ = run_json(runner, "--model", "chatglm-6b", "--method", "lora")
+    mem508 = [f for f in data["findings"] if f["id"] == "MEM508"]
+    assert mem508 and mem508[0]["severity"] == "warning"
+    assert "world size 1" in mem508[0]["evidence"] and "no --gpus" in mem508[0]["evidence"]
+    assert "--gpus N" in mem508[0]["fix"]
+    assert data["result"]["setup"]["world_size_source"].startswith("1 GPU(s) per node: assumed")
+    data, _ = run_json(runner, "--model", "chatglm-6b", "--method", "lora", "--gpus", "4")
+    assert "MEM508" not in [f["id"] for f in data["findings"]]
+
+
+def test_no_gpu_shows_the_cards_side_by_side_with_what_to_change(runner):
+    """Without a GPU the verdict for a 24, 40, 80 and 141 GB card, and for each card the fastest setup that fits
+    (it used to withhold the changes until --gpu-mem was given)."""
+    data, _ = run_json(runner, "--model", "chatglm-6b", "--gpus", "4")
+    result = data["result"]
+    assert result["fits"] is None and not all(result["fits_by_card"].values())
+    assert list(result["fits_by_card"]) == ["GeForce RTX 4090", "A100 40GB", "A100 80GB", "H200"]
+    assert result["cards"]["H200"]["memory_bytes"] == 143771 * 2 ** 20  # NVML's total, one figure everywhere
+    assert result["cards"]["GeForce RTX 4090"]["memory_bytes"] == 24564 * 2 ** 20
+    for name, fits in result["fits_by_card"].items():
+        best = result["best_change_by_card"][name]
+        if not fits:
+            assert best and best["fits"] and best["total_bytes"] <= result["cards"][name]["memory_bytes"]
+
+
+def test_breakdown_shows_every_moment_of_the_step(runner):
+    """The peak of a 6B full fine-tune is the optimizer step, where the activations are 0: each moment is shown and
+    the terms alive at the peak are named."""
+    data, _ = run_json(runner, "--model", "chatglm-6b", "--gpus", "8", "--gpu-mem", "80")
+    result = data["result"]
+    assert result["peak_phase"] == "step" and result["per_gpu_bytes"]["activations"] == 0
+    by_phase = result["terms_by_phase_bytes"]
+    assert set(by_phase) == {"loss", "backward", "step"}
+    assert by_phase["loss"]["activations"] > 0 and by_phase["loss"]["logits_and_loss"] > 0
+    assert sum(by_phase["step"].values()) == result["phases_bytes"]["step"] == result["allocated_bytes"]
+    table = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--gpus", "8", "--gpu-mem", "80"]).stdout
+    assert "step (peak)" in table and "(alive at the peak)" in table and "(not alive at the peak)" in table
+
+
+def test_the_h200_has_one_memory_figure(runner):
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b"])
+    assert "141 GiB" not in result.stdout and "H200 (140.40 GiB)" in result.stdout
+    data, _ = run_json(runner, "--model", "chatglm-6b")
+    assert "H200 (140.40 GiB)" in data["findings"][0]["evidence"]
+    from dsdoctor.hardware import gpu_from_name
+
+    assert gpu_from_name("NVIDIA H200").memory_bytes == 143771 * 2 ** 20
+
+
+# --- issue 12: GPU names as nvidia-smi prints them ------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,capability,memory_mib", [
+    ("NVIDIA TITAN X (Pascal)", (6, 1), None), ("GeForce GTX TITAN X", (5, 2), None),
+    ("NVIDIA A100-SXM4-80GB", (8, 0), 81920), ("NVIDIA A100-PCIE-40GB", (8, 0), 40960),
+    ("NVIDIA A100 80GB PCIe", (8, 0), 81920), ("Tesla V100-SXM2-16GB", (7, 0), 16160),
+    ("Tesla V100S-PCIE-32GB", (7, 0), None), ("NVIDIA GeForce RTX 4090", (8, 9), 24564),
+    ("NVIDIA GeForce RTX 3090", (8, 6), 24576), ("NVIDIA H100 80GB HBM3", (9, 0), 81559),
+    ("NVIDIA H200", (9, 0), 143771), ("Tesla T4", (7, 5), 15360), ("Tesla K80", (3, 7), None),
+    ("Tesla K40m", (3, 5), None), ("GeForce GTX 680", (3, 0), None), ("NVIDIA GeForce RTX 3060 Laptop GPU", (8, 6), None),
+    ("NVIDIA RTX 6000 Ada Generation", (8, 9), None), ("Quadro RTX 6000", (7, 5), None),
+    ("NVIDIA RTX A6000", (8, 6), None), ("NVIDIA A800-SXM4-80GB", (8, 0), 81920), ("NVIDIA H20", (9, 0), None),
+    ("NVIDIA GeForce RTX 4090 D", (8, 9), None), ("NVIDIA A10G", (8, 6), None), ("Tesla P100-PCIE-16GB", (6, 0), 16384),
+    ("NVIDIA GeForce GTX 1080 Ti", (6, 1), None), ("rtx4090", (8, 9), 24564), ("1080ti", (6, 1), None),
+    ("NVIDIA B200", (10, 0), None), ("NVIDIA GeForce RTX 5090", (12, 0), 32607), ("NVIDIA L40S", (8, 9), 46068),
+])
+def test_gpu_names_as_nvidia_smi_prints_them(name, capability, memory_mib):
+    from dsdoctor.hardware import gpu_from_name
+
+    gpu = gpu_from_name(name)
+    assert gpu.capability == capability and gpu.capability_source.startswith(("developer.nvidia.com", "NVIDIA",
+                                                                               "AWS", "Turing", "Kepler"))
+    if memory_mib:
+        assert gpu.memory_bytes == memory_mib * 2 ** 20 and "NVML total" in gpu.memory_source
+
+
+def test_every_table_name_resolves_with_nvidia_smi_decorations():
+    from dsdoctor.hardware import _index, gpu_from_name, known_names
+
+    assert len(known_names()) > 200
+    exact, _ = _index()
+    by_name = {name: cc for name, cc, _ in exact.values()}
+    for name in known_names():
+        assert gpu_from_name(name).capability == by_name[name], name
+        assert gpu_from_name("NVIDIA " + name + " (TM)").capability == by_name[name], name
+    capabilities = set(by_name.values())
+    assert {(3, 0), (3, 5), (3, 7), (5, 0), (5, 2), (6, 0), (6, 1), (7, 0), (7, 5), (8, 0), (8, 6), (8, 9), (9, 0),
+            (10, 0), (12, 0)} <= capabilities  # every architecture since Kepler
+
+
+@pytest.mark.parametrize("name,cc,message", [
+    ("Voodoo 5", None, "unknown GPU"), ("A1000", None, "close names: A100"), ("Titan X", None, "TITAN X (Pascal)"),
+    ("V100", "6.1", "contradicts the V100's compute capability 7.0"), ("Foo", "9.0a", "MAJOR.MINOR"),
+    ("Foo", "abc", "MAJOR.MINOR"), ("Foo", "99.0", "MAJOR.MINOR"), ("", None, "--gpu is empty"),
+])
+def test_bad_gpu_names_and_capabilities(name, cc, message):
+    from dsdoctor.hardware import gpu_from_name
+    from dsdoctor.report import DsdoctorError
+
+    with pytest.raises(DsdoctorError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        gpu_from_name(name, cc)
+
+
+def test_gpu_cc_names_a_card_the_table_lacks():
+    from dsdoctor.hardware import gpu_from_name
+
+    gpu = gpu_from_name("NVIDIA Quadro P9999 Prototype", "6.1")
+    assert gpu.capability == (6, 1) and gpu.source == "--gpu-cc" and not gpu.bf16
+    assert gpu_from_name("A100", "8.0").capability == (8, 0)  # agreeing with the table is fine
+    assert gpu_from_name(None, "7.5").name == "a GPU of compute capability 7.5"
+
+
+def test_check_accepts_the_name_nvidia_smi_prints(runner, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}))
+    result = runner.invoke(cli, ["check", str(cfg), "--gpu", "NVIDIA TITAN X (Pascal)", "--json", "-"])
+    assert result.exit_code == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["result"]["gpu"]["compute_capability"] == "6.1"
+    assert "DS111" in [f["id"] for f in data["findings"]]  # bf16 below 8.0
+    result = runner.invoke(cli, ["check", str(cfg), "--gpu", "NVIDIA Foo 9000", "--gpu-cc", "6.1", "--json", "-"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["result"]["gpu"]["compute_capability"] == "6.1"
+    result = runner.invoke(cli, ["check", str(cfg), "--gpu", "NVIDIA Foo 9000"])
+    assert result.exit_code == 2 and "--gpu-cc" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_estimate_takes_the_gpu_by_name(runner):
+    data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--gpu", "NVIDIA A100-SXM4-80GB",
+                       "--gpus", "1")
+    assert data["result"]["gpu_memory_bytes"] == 81920 * 2 ** 20
+    assert data["result"]["gpu"]["compute_capability"] == "8.0"
+    assert "A100" in data["result"]["step_time_basis"]
+    data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--gpu", "Tesla V100-SXM2-16GB",
+                       "--gpus", "1")
+    assert "DS111" in [f["id"] for f in data["findings"]]  # --precision bf16 on a 7.0 card
+    result = runner.invoke(cli, ["estimate", "--model", "qwen2.5-7b", "--gpu", "A100"])
+    assert result.exit_code == 2 and "40 GB or 80 GB" in result.stderr
+    data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--gpu", "Foo", "--gpu-cc", "7.5",
+                       "--gpu-mem", "16", "--gpus", "1")
+    assert data["result"]["gpu"]["compute_capability"] == "7.5" and "DS111" in [f["id"] for f in data["findings"]]
+    result = runner.invoke(cli, ["estimate", "--model", "qwen2.5-7b", "--gpu-cc", "7.5"])
+    assert result.exit_code == 2 and "--gpu-cc goes with --gpu" in result.stderr
+
+
+# --- issue 12: internal errors ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,key", [("qwen2.5-0.5b", "max_position_embeddings"), ("chatglm3-6b", "seq_length"),
+                                      ("gpt-j-6b", "n_positions"), ("gpt-j-6b", "n_inner"),
+                                      ("chatglm-6b", "max_sequence_length"), ("qwen-7b", "seq_length"),
+                                      ("baichuan2-7b", "model_max_length")])
+def test_a_string_size_in_config_json_is_one_line(runner, tmp_path, name, key):
+    (tmp_path / "config.json").write_text(json.dumps({**REGISTRY[name][1], key: "4096"}))
+    result = runner.invoke(cli, ["estimate", "--model", str(tmp_path), "--gpu-mem", "80"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{key} must be a positive integer, got '4096'" in result.stderr
+
+
+@pytest.mark.parametrize("block,precision", [({"bf16": {"loss_scale": 0}}, "fp32"),
+                                             ({"bf16": {"immediate_grad_update": True}, "fp16": {"enabled": True}},
+                                              "fp16"),
+                                             ({"fp16": {"enabled": "true"}}, "fp16"),
+                                             ({"bf16": {"enabled": "auto"}}, "bf16"),
+                                             ({"bfloat16": {"enabled": 1}}, "bf16")])
+def test_precision_blocks_as_deepspeed_reads_them(runner, tmp_path, block, precision):
+    """A bf16 block without "enabled" gave a KeyError: DeepSpeed's default is false (precision_config.py), and its
+    booleans are pydantic's ("true", 1)."""
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, **block}))
+    data, _ = run_json(runner, "--model", "qwen2.5-0.5b", "--deepspeed", str(cfg), "--gpu-mem", "80", "--gpus", "1")
+    assert data["result"]["setup"]["precision"] == precision
+
+
+@pytest.mark.parametrize("args", [
+    ["--gpus", "1" + "0" * 400], ["--lora-r", "1" + "0" * 400, "--method", "lora"],
+    ["--prefix-tokens", "1" + "0" * 400, "--method", "ptuning", "--no-grad-ckpt"], ["--nodes", "1" + "0" * 400],
+    ["--micro-batch", "-" + "9" * 400], ["--grad-accum", "1e400"], ["--lora-dropout", "nan"], ["--host-mem", "-inf"],
+])
+def test_huge_flags_are_a_short_usage_error(runner, args):
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", *args])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "internal error" not in result.stderr
+    assert len(result.stderr) < 300, result.stderr
+
+
+@pytest.mark.parametrize("zero", [{"stage": 2, "reduce_bucket_size": 1e308}, {"stage": 3, "sub_group_size": 1e308},
+                                  {"stage": 3, "stage3_max_live_parameters": 1e308}, {"stage": 10 ** 30},
+                                  {"stage": 2, "overlap_comm": "sometimes"}])
+def test_huge_or_odd_zero_values_are_one_line(runner, tmp_path, zero):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"zero_optimization": zero}))
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--deepspeed", str(cfg), "--gpu-mem", "80"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "zero_optimization." in result.stderr
+    assert len(result.stderr) < 300 and "internal error" not in result.stderr
+
+
+def test_huge_micro_batch_in_the_config_is_one_short_line(runner, tmp_path):
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"train_micro_batch_size_per_gpu": 1e308}')
+    result = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--deepspeed", str(cfg), "--gpu-mem", "80"])
+    assert result.exit_code == 2 and "train_micro_batch_size_per_gpu" in result.stderr and len(result.stderr) < 300
+
+
+def test_meta_count_path_prints_only_our_line(tmp_path):
+    """transformers logged "[transformers] Model config: pad_token_id must be ..." before our error line."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**REGISTRY["qwen2.5-0.5b"][1], "num_experts": 4,
+                                                   "pad_token_id": 999_999}))
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "estimate", "--model", str(model), "--gpu-mem", "24"],
+                          capture_output=True, text=True, env={**__import__("os").environ,
+                                                               "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dsdoctor: error: transformers cannot build"), \
+        proc.stderr

@@ -389,8 +389,9 @@ def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world
     live = [t for t, v in est.phase_terms[peak].items() if v]
     gone = [t for t in est.phase_terms[peak] if not est.phase_terms[peak][t]
             and any(est.phase_terms[p][t] for p in phases)]
-    rows.append(["(alive at the peak)"] + [""] * len(phases)
-                + [", ".join(live) + (f"; not alive then: {', '.join(gone)}" if gone else "")])
+    rows.append(["(alive at the peak)"] + [""] * len(phases) + [", ".join(live)])
+    if gone:
+        rows.append(["(not alive at the peak)"] + [""] * len(phases) + [", ".join(gone)])
     report.tables.append((f"Per-GPU memory, GiB, at each moment of a step: {setup.arch.name}, {method}, "
                           f"ZeRO-{setup.zero_stage}, micro batch {setup.micro_batch} x seq {setup.seq_len}, "
                           f"{'checkpointing' if setup.grad_ckpt else 'no checkpointing'}, {setup.precision}, "
