@@ -520,22 +520,31 @@ def _describe(current, changed) -> tuple[str, dict]:
     return ", ".join(parts), config
 
 
-def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = None) -> list[dict]:
+def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = None,
+           host_bytes: int | None = None) -> list[dict]:
     """The setups of :func:`candidates` that fit ``gpu_bytes``, ranked by estimated step time
     (:func:`step_time`): those with 5% headroom or more first, then the tight ones; for each
     stage/offload/checkpointing combination the largest micro batch that fits (memory grows with the micro batch, a
     binary search over the divisors; fewer micro steps mean fewer per-micro-step collectives and copies). When none
-    fits, the closest ones. ``cache`` (bytes by setup) is shared across GPUs of different memory.
+    fits, the closest ones. ``cache`` (bytes by setup) is shared across GPUs of different memory. ``host_bytes``
+    (the node's RAM, when known): an offload that needs more host RAM than that (MEM504) is not proposed.
 
     Each row: ``change`` (words), ``deepspeed`` (the ds_config values), ``total_bytes``, ``fits``, ``tight``,
     ``step_time_s`` (terms and total), ``vs_current`` (step time / the current setup's).
     """
     cache = {} if cache is None else cache
 
-    def total(s) -> int:
+    def measured(s) -> tuple[int, int]:
         if s not in cache:
-            cache[s] = estimate(s).total
+            e = estimate(s)
+            cache[s] = (e.total, e.host["needed_per_node"])
         return cache[s]
+
+    def total(s) -> int:
+        return measured(s)[0]
+
+    def host_ok(s) -> bool:
+        return host_bytes is None or measured(s)[1] <= host_bytes
 
     samples = setup.micro_batch * setup.grad_accum
     current_time = step_time(setup, rates)["total"]
@@ -549,9 +558,12 @@ def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = No
                 best, lo = s, mid + 1
             else:
                 hi = mid - 1
+        if best is not None and not host_ok(best):
+            continue  # its offload needs more host RAM than the node has
         if best is None:
             smallest = replace(base, micro_batch=micros[0], grad_accum=samples // micros[0])
-            closest.append(smallest)
+            if host_ok(smallest):
+                closest.append(smallest)
             continue
         if (best.zero_stage, best.offload_optimizer, best.offload_param, best.grad_ckpt, best.micro_batch) == \
                 (setup.zero_stage, setup.offload_optimizer, setup.offload_param, setup.grad_ckpt, setup.micro_batch):

@@ -632,3 +632,14 @@ def test_meta_count_path_prints_only_our_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("dsdoctor: error: transformers cannot build"), \
         proc.stderr
+
+
+def test_no_offload_is_proposed_beyond_the_hosts_ram(runner):
+    """A 7B full fine-tune on one 80 GiB GPU: optimizer offload fits the GPU but needs about 150 GiB of host RAM
+    (16 bytes x 6.7 B x 1.5 for pinned buffers); on a 64 GiB host it is not proposed."""
+    data, _ = run_json(runner, "--model", "llama-2-7b", "--gpus", "1", "--gpu-mem", "80")
+    assert any("offload_optimizer cpu" in c["change"] for c in data["result"]["what_to_change"])
+    data, _ = run_json(runner, "--model", "llama-2-7b", "--gpus", "1", "--gpu-mem", "80", "--host-mem", "64")
+    changes = data["result"]["what_to_change"]
+    assert not any("offload_optimizer cpu" in c["change"] for c in changes)
+    assert any(c["change"].startswith("LoRA") and c["fits"] for c in changes)  # nothing else fits there

@@ -473,10 +473,13 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                            ["accelerate estimate-memory, Training using Adam", gib(result["accelerate_estimator_bytes"])],
                            ["dsdoctor", gib(est.total)]]))
 
+    from dsdoctor.hardware import host_ram_bytes
+
+    host_total = int(host_mem * GIB) if host_mem else (host_ram_bytes() if hw.memory_source.endswith("NVML)") else None)
     if gpu_bytes is None:
-        _common_cards(report, setup, est, result)
+        _common_cards(report, setup, est, result, host_total)
     else:
-        _one_gpu(report, setup, est, result, gpu_bytes, hw, rates)
+        _one_gpu(report, setup, est, result, gpu_bytes, hw, rates, host_total)
     if hw.world_assumed:
         report.add(mem.MEM508.finding(
             f"world size {setup.world_size} ({hw.gpus_source}; {nodes} node(s)): ZeRO-{setup.zero_stage} "
@@ -490,10 +493,6 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                                  f"{hw.gpu.capability[0]}.{hw.gpu.capability[1]} < 8.0)",
                                  fix="--precision fp16 here, and fp16 instead of bf16 in the config"))
 
-    # host RAM
-    from dsdoctor.hardware import host_ram_bytes
-
-    host_total = int(host_mem * GIB) if host_mem else (host_ram_bytes() if hw.memory_source.endswith("NVML)") else None)
     if host_total and est.host["needed_per_node"] > 0.9 * host_total:
         offload = (f"{gib(est.host['offload_per_node'])} GiB of offloaded states x {mem.HOST_BUFFER_FACTOR} for "
                    f"pinned buffers, plus " if est.host["offload_per_node"] else "")
@@ -531,8 +530,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     return report
 
 
-def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardware, rates) -> None:
-    """The verdict against one GPU's memory, and the ranked setups when it does not fit or is tight."""
+def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardware, rates,
+             host_bytes: int | None) -> None:
+    """The verdict against one GPU's memory, and the ranked setups when it does not fit or is tight (none whose
+    offload needs more than ``host_bytes`` of host RAM, when the node's RAM is known)."""
     from dsdoctor.checks import memory as mem
 
     fits = est.total <= gpu_bytes
@@ -540,7 +541,8 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
     result["fits"] = fits
     result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
     result["headroom_bytes"] = headroom
-    changes = mem.search(setup, gpu_bytes, rates) if (not fits or headroom < mem.TIGHT * gpu_bytes) else []
+    changes = mem.search(setup, gpu_bytes, rates, host_bytes=host_bytes) \
+        if (not fits or headroom < mem.TIGHT * gpu_bytes) else []
     if changes and not any(c["fits"] for c in changes):
         changes += mem.training_changes(setup, gpu_bytes)
     result["what_to_change"] = changes
@@ -573,7 +575,7 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
             report.add(mem.MEM503.finding(f"without offload: {gib(plain_total)} of {gib(gpu_bytes)} GiB"))
 
 
-def _common_cards(report: Report, setup, est, result: dict) -> None:
+def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | None) -> None:
     """No GPU given or seen: the verdict for each of :data:`COMMON_CARDS` side by side, with the fastest setup that
     fits each (the same search as for one GPU)."""
     from dsdoctor.checks import memory as mem
@@ -588,7 +590,8 @@ def _common_cards(report: Report, setup, est, result: dict) -> None:
         max_micro[card.name] = mem.max_micro_batch(setup, size)
         rates, _ = rates_for(card)
         tight = est.total > (1 - mem.TIGHT) * size
-        found = mem.search(setup, size, rates, limit=1, cache=cache) if (tight or not fits_by_card[card.name]) else []
+        found = mem.search(setup, size, rates, limit=1, cache=cache, host_bytes=host_bytes) \
+            if (tight or not fits_by_card[card.name]) else []
         best[card.name] = found[0] if found and found[0]["fits"] else None
         if fits_by_card[card.name] and not tight:
             advice = "as configured"
