@@ -75,7 +75,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
     def bad(key: str, value) -> DsdoctorError:
         return DsdoctorError(f"{path}: {key} = {_short(repr(value))} is not usable (dsdoctor check {path} explains it)")
 
-    def use(option: str, value, source: str) -> None:
+    def use(option: str, value) -> None:
         if option in explicit:
             return
         values[option] = value
@@ -105,12 +105,12 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             number = int(stage)
         if number is None or not 0 <= number <= 3:
             raise bad("zero_optimization.stage", stage)
-        use("zero", number, "zero_optimization.stage")
+        use("zero", number)
     for key, legacy in (("offload_optimizer", "cpu_offload"), ("offload_param", "cpu_offload_param")):
         block = zero.get(key)
         if block is None:
             if as_bool(zero.get(legacy)):
-                use(key, "cpu", f"zero_optimization.{legacy}")
+                use(key, "cpu")
             continue
         if not isinstance(block, dict):
             raise bad(f"zero_optimization.{key}", block)
@@ -122,7 +122,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             device = "none"
         if device not in ("none", "cpu", "nvme"):
             raise bad(f"zero_optimization.{key}.device", device)
-        use(key, device, f"zero_optimization.{key}.device")
+        use(key, device)
     for key, option in (("train_micro_batch_size_per_gpu", "micro_batch"),
                         ("gradient_accumulation_steps", "grad_accum"), ("train_batch_size", "_train_batch_size")):
         value = config.get(key)
@@ -138,7 +138,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
         if option == "_train_batch_size":
             values[option] = number
         else:
-            use(option, number, key)
+            use(option, number)
     enabled: dict[str, object] = {}
     for name in ("bf16", "fp16"):
         block = config.get(name) if config.get(name) is not None else (config.get("bfloat16") if name == "bf16" else None)
@@ -158,7 +158,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
         raise DsdoctorError(f"{path}: bf16 and fp16 are both enabled; DeepSpeed refuses that "
                             f"(dsdoctor check {path} explains it)")
     if on:
-        use("precision", on[0], f"{on[0]}.enabled")
+        use("precision", on[0])
     elif "auto" in enabled.values():
         auto("precision", " / ".join(f"{n}.enabled" for n, f in enabled.items() if f == "auto"))
     elif "precision" not in explicit:
