@@ -358,7 +358,9 @@ class Rates:
       gave for the ChatGLM-6B shape with LoRA (shared/FACTS.md: 11,686 tokens/s x 3.8e10 FLOPs a token with the
       recomputation = 45% of 989e12);
     - ``pcie_bytes_per_s``: host <-> GPU copies, PCIe Gen4 x16 (31.5 GB/s per direction, PCI-SIG; see
-      ``dsdoctor.checks.network.LINK_PEAK``) at the 80% pinned copies reach: 25e9;
+      ``dsdoctor.checks.network.LINK_PEAK``) at the 88% that pinned copies reached on this project's H200 (PCIe Gen5
+      x16: 55.4 of 63.0 GB/s both ways, 1 GiB copies, 2026-12-01; pageable ones 18.6 GB/s): 27e9. DeepSpeed's offload
+      pins its buffers (``pin_memory`` defaults to true in ``runtime/zero/offload_config.py``);
     - ``intra_node_bus_bytes_per_s``: NCCL's bus bandwidth between the GPUs of a node, taken as PCIe Gen4 x16 too
       (25e9: the 2-8 GPU boxes without NVLink this tool is for; NVLink is faster, which only shrinks the
       communication terms); ``inter_node_bus_bytes_per_s``: between nodes, a 100 Gb/s NIC (12.5e9);
@@ -369,7 +371,7 @@ class Rates:
 
     gpu_flops: float = 312e12
     mfu: float = 0.45
-    pcie_bytes_per_s: float = 25e9
+    pcie_bytes_per_s: float = 27e9
     intra_node_bus_bytes_per_s: float = 25e9
     inter_node_bus_bytes_per_s: float = 12.5e9
     cpu_adam_params_per_s: float = 1.5e9

@@ -643,3 +643,13 @@ def test_no_offload_is_proposed_beyond_the_hosts_ram(runner):
     changes = data["result"]["what_to_change"]
     assert not any("offload_optimizer cpu" in c["change"] for c in changes)
     assert any(c["change"].startswith("LoRA") and c["fits"] for c in changes)  # nothing else fits there
+
+
+@pytest.mark.xfail(strict=True, reason="needs the one-line dsdoctor/render.py patch in the estimate helper's report "
+                                       "(a dict under a *_bytes key rendered in GiB); drop this mark with it")
+def test_phases_bytes_are_gib_in_the_table(runner):
+    import re
+
+    out = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--gpus", "1", "--gpu-mem", "80"]).stdout
+    line = next(l for l in out.splitlines() if l.strip().startswith("phases_bytes"))
+    assert "step 126.49 GiB" in line and not re.search(r"\d{9,}", line)
