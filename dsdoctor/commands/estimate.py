@@ -346,9 +346,12 @@ def rates_for(gpu) -> tuple[object, str]:
     """The step-time :class:`dsdoctor.checks.memory.Rates` for a GPU (its dense 16-bit peak when known), and where
     the peak comes from."""
     from dsdoctor.checks.memory import Rates
-    from dsdoctor.checks.training import peak_flops
 
-    peak = peak_flops(gpu.name) if gpu is not None else None
+    peak = None
+    if gpu is not None:
+        from dsdoctor.checks.training import peak_flops
+
+        peak = peak_flops(gpu.name)
     if peak:
         return Rates(gpu_flops=peak), f"{gpu.name}'s dense 16-bit peak {peak / 1e12:.0f} TFLOP/s"
     return Rates(), "an A100's dense 16-bit peak, 312 TFLOP/s (GPU not known)"
