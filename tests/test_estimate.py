@@ -645,9 +645,9 @@ def test_no_offload_is_proposed_beyond_the_hosts_ram(runner):
     assert any(c["change"].startswith("LoRA") and c["fits"] for c in changes)  # nothing else fits there
 
 
-@pytest.mark.xfail(strict=True, reason="needs the one-line dsdoctor/render.py patch in the estimate helper's report "
-                                       "(a dict under a *_bytes key rendered in GiB); drop this mark with it")
 def test_phases_bytes_are_gib_in_the_table(runner):
+    """phases_bytes was printed as raw bytes in the table (render.py, 1206fad, shows a dict under a *_bytes key in
+    GiB)."""
     import re
 
     out = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--gpus", "1", "--gpu-mem", "80"]).stdout
