@@ -148,26 +148,38 @@ def _write(folder: Path, name: str, value, raw: bool) -> Path:
     return path
 
 
+#: A few flags that leave a config file to decide (the file is the surface under test there).
+PLAIN = st.sampled_from([[], [], ["--gpu-mem", "80", "--gpus", "2"], ["--method", "lora"], ["--method", "ptuning",
+                         "--no-grad-ckpt"], ["--method", "freeze", "--freeze-last", "1"], ["--gpu-mem", "24"]])
+
+
 @budget()
-@given(config=model_configs(), truncated=st.sampled_from([False] * 9 + [True]),
-       options=flags(), deepspeed=st.none() | ds_configs(), registry=st.sampled_from([None, None, "chatglm-6b",
-                                                                                         "qwen2.5-7b", "gpt-j-6b"]))
-def test_estimate_never_breaks_its_promises(config, truncated, options, deepspeed, registry):
+@given(config=model_configs(), truncated=st.sampled_from([False] * 9 + [True]), options=PLAIN)
+def test_config_json_never_breaks_the_promises(config, truncated, options):
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        model_dir = folder / "model"
-        model_dir.mkdir()
-        _write(model_dir, "config.json", config, raw=truncated and registry is None)
-        model = registry or str(model_dir)
-        args = ["estimate", "--model", model, *options]
-        inputs = [model_dir]
-        if deepspeed is not None:
-            inputs.append(_write(folder, "ds.json", deepspeed, raw=False))
-            args += ["--deepspeed", str(inputs[-1])]
-        run(args, inputs=inputs, env={"XDG_CACHE_HOME": str(folder / "cache")})
+        model = Path(tmp) / "model"
+        model.mkdir()
+        _write(model, "config.json", config, raw=truncated)
+        run(["estimate", "--model", str(model), *options], inputs=[model],
+            env={"XDG_CACHE_HOME": str(Path(tmp) / "cache")})
 
 
-@budget(max(2, EXAMPLES // 20))
+@budget()
+@given(options=flags(), model=st.sampled_from(["chatglm-6b", "qwen2.5-7b", "gpt-j-6b", "llama-2-13b",
+                                               "qwen2.5-0.5b"]))
+def test_every_flag_never_breaks_the_promises(options, model):
+    run(["estimate", "--model", model, *options])
+
+
+@budget()
+@given(deepspeed=ds_configs(), options=PLAIN | flags(), model=st.sampled_from(["chatglm-6b", "qwen2.5-1.5b"]))
+def test_deepspeed_config_never_breaks_the_promises(deepspeed, options, model):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _write(Path(tmp), "ds.json", deepspeed, raw=False)
+        run(["estimate", "--model", model, "--deepspeed", str(path), *options], inputs=[path])
+
+
+@budget(max(2, EXAMPLES // 30))
 @given(extra=st.dictionaries(st.sampled_from(["num_experts", "attention_bias", "pad_token_id", "mlp_bias",
                                               "rope_scaling", "head_dim", "bos_token_id", "unknown_key"]),
                              HOSTILE, min_size=1, max_size=3),
