@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from dsdoctor import __version__
 from dsdoctor.cli import cli
 
-DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116", "DS117", "DS118",
+DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116", "DS117", "DS118",
           "DS120", "DS121", "DS122", "DS123", "DS124", "DS125", "DS126", "DS127", "DS128", "DS129", "DS130",
-          "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS140", "DS141", "DS142",
+          "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
           "DS143", "DS144", "DS145", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 9)]
 ALL_IDS = ([f"TRN6{i:02d}" for i in range(12)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM50{i}" for i in range(9)]
