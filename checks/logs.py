@@ -322,14 +322,14 @@ def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
     total, micro, acc, world = (_int(t) for t in texts)
     if None in (total, micro, acc, world):
         shown = [_shown_number(t) for t in texts]
-        return (f"train_batch_size {shown[0]} != {shown[1]} x {shown[2]} x {shown[3]} (micro batch x gradient "
-                f"accumulation x world size; numbers too long to be batch sizes)", "")
+        return (_where(match) + f"train_batch_size {shown[0]} != {shown[1]} x {shown[2]} x {shown[3]} (micro batch "
+                f"x gradient accumulation x world size; numbers too long to be batch sizes)", "")
     note = ""
     if micro * acc and total % (micro * acc) == 0 and total // (micro * acc) not in (0, world):
         note = f"; the config assumes world size {total // (micro * acc)}"
     fixed = micro * acc * world
-    return (f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient accumulation x world "
-            f"size){note}",
+    return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
+            f"accumulation x world size){note}",
             f"Give two of the three and let DeepSpeed derive the third: drop train_batch_size (DeepSpeed then uses "
             f"{fixed} on {world} rank(s)), or set it to {fixed}. `dsdoctor check ds_config.json --world-size "
             f"{world}` checks it before launch.")
@@ -559,11 +559,11 @@ def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", co
 
 SIGNATURES: tuple[Signature, ...] = (
     _sig("nccl-watchdog", "LOG801", "Watchdog caught collective operation timeout",
-         r"(?:\[[^\[\]]{0,80}?Rank (?P<rank>\d{1,12})\]\s{0,4})?Watchdog caught collective operation timeout: "
-         r"WorkNCCL\(SeqNum=(?P<seq>\d{1,30}), OpType=(?P<op>\w{1,40})(?:, NumelIn=(?P<numel>\d{1,30}))?"
-         r"[^\n]{0,300}?Timeout\(ms\)=(?P<timeout>\d{1,30})", _watchdog, "dsdoctor nccl"),
+         r"(?:\[[^\[\]]{0,80}?Rank (?P<rank>\d+)\]\s{0,4})?Watchdog caught collective operation timeout: "
+         r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w{1,40})(?:, NumelIn=(?P<numel>\d+))?"
+         r"[^\n]{0,300}?Timeout\(ms\)=(?P<timeout>\d+)", _watchdog, "dsdoctor nccl"),
     _sig("gloo-timeout", "LOG801", "Timed out waiting",
-         r"gloo[^\n]{0,400}?Timed out waiting (?P<timeout>\d{1,30})ms for (?P<op>\w{1,40}) operation", _gloo_timeout,
+         r"gloo[^\n]{0,400}?Timed out waiting (?P<timeout>\d+)ms for (?P<op>\w{1,40}) operation", _gloo_timeout,
          "dsdoctor nccl"),
     _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
          r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:errno: 98|EADDRINUSE|[Aa]ddress already in use)",
@@ -725,7 +725,8 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     ignored_next: dict[int | None, bool] = {}  # per rank: "Exception ignored in ...": the next traceback is harmless
 
     def add(signature: Signature, line: Line, found: re.Match, index: int) -> None:
-        key = (signature.name, line.rank)
+        # one per rank: the line's, else the one a launcher's line names ("--local_rank=1'] exits with ...")
+        key = (signature.name, line.rank if line.rank is not None else _named_rank(found))
         if key not in seen and per_signature.get(signature.name, 0) < MAX_PER_SIGNATURE:
             seen.add(key)
             per_signature[signature.name] = per_signature.get(signature.name, 0) + 1
@@ -819,8 +820,8 @@ def failures(matches: list[Match], lines: list[Line]) -> tuple[Match | None, lis
     """(the first real failure, the other failures in line order). Survived errors are no failure at all and
     explained ones are their known failure's; the first is the earliest match that is neither a consequence of
     another failure nor explained, else the earliest remaining match. A stop from outside (``stopped``) ends what
-    can be a cause: what comes after it (ranks killed, errors of ranks shutting down) follows from it, and the stop
-    is the first failure when nothing came before it."""
+    can be a cause: what comes after it (ranks killed, errors of ranks shutting down) follows from it and is not
+    reported, and the stop is the first failure when nothing came before it."""
     live = [m for m in matches if not survived(m, lines)]
     kept = [m for m in live if not explained(m, matches, lines)]
     stop = next((m for m in kept if m.signature.name == "stopped"), None)
@@ -831,6 +832,7 @@ def failures(matches: list[Match], lines: list[Line]) -> tuple[Match | None, lis
         before = [m for m in kept if m.line_index < stop.line_index]
         primary = [m for m in before if not m.signature.consequence]
         first = (primary or before or [stop])[0]
+        kept = before + [stop]  # what came after the stop is the run shutting down
     return first, [m for m in kept if m is not first]
 
 
@@ -1010,14 +1012,19 @@ def _describe_build(match: Match, lines: list[Line]) -> tuple[str, str]:
 BUILD_SIGNATURE = Signature("build-in-flight", "ENV329", (), BUILD_ROOT, _describe_build)
 
 
+def _named_rank(found: re.Match | None) -> int | None:
+    """The rank a match's own groups name (``rank``, ``rank2``, ``rank3``: a launcher's line about a rank)."""
+    g = found.groupdict() if found is not None else {}
+    return _int(next((g[k] for k in ("rank", "rank2", "rank3") if g.get(k)), None), 6)
+
+
 def _claims_no_error(match: Match, matches: list[Match], lines: list[Line]) -> bool:
     """Whether ``match`` says a rank failed with no error of its own (LOG806, MEM504) while that rank's own error is
     in the log (or, in a log without rank prefixes, any error is): the statement would contradict the finding that
     names that error."""
     if match.signature.name not in ("rank-exit", "host-oom-kill"):
         return False
-    g = match.groups.groupdict()
-    rank = _int(next((g[k] for k in ("rank", "rank2", "rank3") if g.get(k)), None), 6)
+    rank = _named_rank(match.groups)
     ranked = any(ln.rank is not None for ln in lines)
     own = [m for m in matches if not m.signature.consequence and m.signature.name != "stopped"
            and not survived(m, lines)]
