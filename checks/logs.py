@@ -80,9 +80,10 @@ LOG806 = rule(
     what="The launcher reports a rank that exited with an error code, and the log holds no error of that rank.",
     why="The rank's own output went elsewhere (DeepSpeed's launcher with each rank's log in a file; torchrun without "
         "--tee, or a traceback torchrun could not record).",
-    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log`; "
-        "`torchrun --tee 3 ...`; or decorate main with torch.distributed.elastic.multiprocessing.errors.record so the "
-        "traceback lands in torchrun's summary.",
+    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log` "
+        "(each file's rank from its name); `torchrun --tee 3 ...` (rank prefixes) or `torchrun --log-dir DIR "
+        "--redirects 3 ...` then `dsdoctor explain DIR/*/attempt_*/*/std*.log`; or decorate main with "
+        "torch.distributed.elastic.multiprocessing.errors.record so the traceback lands in torchrun's summary.",
     source="deepspeed/launcher/launch.py (sigkill_handler); torch/distributed/elastic/multiprocessing/errors")
 
 LOG807 = rule(
@@ -120,10 +121,11 @@ class Line:
     the prefix and colours (at most :data:`LINE_CHARS` characters), and the file it came from when several files are
     read (``source``: the name shown in evidence; None for one log)."""
 
+    __slots__ = ("number", "rank", "text", "source")  # a million of them for a huge log: no __dict__ each
     number: int
     rank: int | None
     text: str
-    source: str | None = None
+    source: str | None
 
     @property
     def at(self) -> str:

@@ -542,15 +542,17 @@ OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 
 
 
 @pytest.mark.parametrize("log,rule", [
-    (OOM_LINE + "0" * 100_000, "MEM501"),  # 10 s at 20,000 digits, over 60 s at 100,000, before
+    (OOM_LINE + "0" * 100_000, "MEM501"),  # 10 s at 20,000 digits, over 60 s at 100,000, before (the issue)
     (OOM_LINE + "." * 100_000, "MEM501"),
     ("NCCL WARN socketStartConnect: Connect to " + "1" * 160_000, "LOG800"),  # 37 s
-    ("a." * 10_000 + "\n" + OOM_LINE, "MEM501"),  # a long dotted word in a log with a CUDA OOM: 10 s
+    ("1." * 10_000 + " " + OOM_LINE, "MEM501"),  # a long dotted word in a log with a CUDA OOM: 11 s, before
+    ("." * 20_000 + OOM_LINE, "MEM501"),  # over 20 s
+    ("a." * 10_000 + "\n" + OOM_LINE, "MEM501"),
     ("[W" + "1" * 50_000 + " socket.cpp:1]\n" + OOM_LINE, "MEM501"),
     ("Traceback (most recent call last)\n" + "a." * 50_000 + "\n" + OOM_LINE, "MEM501"),
     ("12 validation errors for DeepSpeed" + "0" * 50_000, "LOG800"),
     ("[rank0]: Watchdog caught collective operation timeout" + "[" * 50_000, "LOG800"),
-    ("\x1b]" * 30_000 + OOM_LINE, "MEM501"),
+    ("\x1b]" * 30_000 + OOM_LINE, "MEM501"),  # 2.6 s
     ("".join(f"{i}%|" for i in range(20_000)) + "\n" + OOM_LINE, "MEM501"),
 ])
 def test_pathological_lines_are_read_in_linear_time(log, rule):
@@ -808,3 +810,41 @@ def test_a_failure_before_the_stop_is_the_cause_and_errors_after_it_are_not():
     assert ids(RECEIVED.format(sig=15) + after)[0] == "LOG807"
     killed = "[ERROR] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9\n"
     assert ids(RECEIVED.format(sig=15) + killed)[0] == "LOG807"  # the launcher's kill after the stop, not the OOM killer
+
+
+@pytest.mark.parametrize("log,budget", [("\n" * 300 + "[rank1]: " + BATCH + "\n", None),
+                                        ("a\n" * 3000 + "[rank1]: " + BATCH + "\n", 4000)])
+def test_a_log_of_millions_of_short_lines_keeps_a_bounded_number(tmp_path, monkeypatch, log, budget):
+    """64 MiB of newlines were 64 million line objects; at most MAX_LINES are kept (head and tail), numbered as the
+    file's lines."""
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_LINES", 100)
+    monkeypatch.setattr(command, "HEAD_LINES", 10)
+    if budget:
+        monkeypatch.setattr(command, "MAX_BYTES", budget)
+        monkeypatch.setattr(command, "HEAD_BYTES", 1000)
+    path = tmp_path / "lines.log"
+    path.write_text(log)
+    report = command.run_explain(str(path))
+    total = log.count("\n")
+    assert report.findings[0].id == "DS102" and report.findings[0].evidence.startswith(f"line {total}: rank 1: ")
+    assert report.result["lines"] == total
+    start, end = report.result["skipped_lines"]
+    assert start == 11 and end == total - 100 + 10
+
+
+def test_explain_imports_no_torch_nor_deepspeed():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom dsdoctor.cli import cli\n"
+            f"CliRunner().invoke(cli, ['explain', {str(LOGS / 'batch-assertion' / 'log.txt')!r}, "
+            f"{str(LOCK_CASE / 'log.txt')!r}])\n"
+            "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_torchrun_s_log_dir_layout_as_log806_s_fix_names_it(tmp_path):
+    """LOG806's fix: `torchrun --log-dir DIR --redirects 3` then `dsdoctor explain DIR/*/attempt_*/*/std*.log`."""
+    paths = _rank_files(tmp_path, [("run1/attempt_0/0/stderr.log", ["ok"]),
+                                   ("run1/attempt_0/1/stderr.log", [*TRACEBACK.splitlines(), "KeyError: 'labels'"])])
+    code, report, _ = report_of(sorted(str(p) for p in tmp_path.glob("*/attempt_*/*/std*.log")))
+    assert code == 1 and report["findings"][0]["evidence"].startswith(f"{paths[1]} line 4: rank 1: KeyError")

@@ -43,6 +43,10 @@ MAX_FILES = 1024
 #: more on stdin stops the read
 MAX_FILE_READ_BYTES = 16 * 2 ** 30
 MAX_STDIN_READ_BYTES = 4 * 2 ** 30
+#: lines kept of a log (its first HEAD_LINES and its last): 64 MiB of empty lines would otherwise be 64 million
+#: line objects
+MAX_LINES = 1_000_000
+HEAD_LINES = 50_000
 #: NUL bytes skipped at a log's start (a log cut while it was written); more is binary data (/dev/zero)
 MAX_LEADING_NUL_BYTES = 64 * 2 ** 20
 CHUNK = 1 << 20
@@ -137,14 +141,37 @@ def _head_and_tail(chunks, budget: int, head_bytes: int) -> tuple[bytes, tuple[i
                 dropped_newlines += dropped.count(b"\n")
     rest = b"".join(tail)
     if total <= budget:
-        return bytes(head) + rest, None
+        return _cap_lines(bytes(head) + rest, None, 0)
     excess = max(0, len(rest) - tail_bytes)
     dropped_newlines += rest.count(b"\n", 0, excess)
     rest = rest[excess:]
     head_end = head.rfind(b"\n") + 1
     tail_start = rest.find(b"\n") + 1  # 0: no line end in the tail, kept whole (one long line, capped when matched)
     dropped_newlines += head.count(b"\n", head_end) + rest.count(b"\n", 0, tail_start)
-    return bytes(head[:head_end]) + rest[tail_start:], (head.count(b"\n", 0, head_end), dropped_newlines)
+    return _cap_lines(bytes(head[:head_end]) + rest[tail_start:], (head.count(b"\n", 0, head_end), dropped_newlines),
+                      head_end)
+
+
+def _cap_lines(data: bytes, skipped: tuple[int, int] | None, boundary: int) -> tuple[bytes, tuple[int, int] | None]:
+    """``data`` with at most :data:`MAX_LINES` lines: its first :data:`HEAD_LINES` (within the head part, which ends
+    at ``boundary`` when lines were already left out) and its last, the lines between counted into ``skipped``
+    (one gap: the cut lines are next to the one already left out)."""
+    if data.count(b"\n") <= MAX_LINES:
+        return data, skipped
+    head_part = data[:boundary] if skipped else data
+    keep_head = min(HEAD_LINES, head_part.count(b"\n"))
+    cut = 0
+    for _ in range(keep_head):  # the end of the first keep_head lines
+        cut = data.index(b"\n", cut) + 1
+    keep_tail = MAX_LINES - keep_head
+    start = len(data)
+    for _ in range(keep_tail + 1):  # the start of the last keep_tail lines (after the newline before them)
+        start = data.rindex(b"\n", 0, start) if start > 0 else 0
+        if start <= cut:
+            break
+    start = max(start + 1, cut, boundary if skipped else 0)  # never across the gap already left out
+    removed = data.count(b"\n", cut, start)
+    return data[:cut] + data[start:], (keep_head, removed + (skipped[1] if skipped else 0))
 
 
 def read_log(source: str, budget: int | None = None, head_bytes: int | None = None) \
@@ -250,8 +277,8 @@ def rank_of_file(path: str) -> int | None:
 
 def merge(streams: list[list]) -> list:
     """The lines of several files in one list: in the order of their timestamps when every file has one (lines
-    without one take the last before them, or the first after them at a file's start; equal times keep each file's
-    lines together), else one file after the other in rank order."""
+    without one take the latest before them, or the first after them at a file's start; a file never goes back in
+    time; equal times keep each file's lines together), else one file after the other in rank order."""
     from dsdoctor.checks.logs import clock
 
     if len(streams) == 1:
@@ -269,7 +296,7 @@ def merge(streams: list[list]) -> list:
             break
         for line in lines:
             now = clock(line.text)
-            if now is not None:
+            if now is not None and now > last:  # never back in time within a file (lines of other formats)
                 last = now
             times.append(last)
         keyed.append(times)
