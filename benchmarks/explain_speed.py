@@ -136,8 +136,9 @@ def main() -> None:
         runs, report = timed([exe, "explain", *files, "--json", "-"], args.repeat)
         first = report["findings"][0]
         right = first["id"] == "MEM501" and "_rank6.log line " in first["evidence"] and ": rank 6:" in first["evidence"]
+        verdict = "found on rank 6" if right else "MISSED: " + first["evidence"]
         print(f"the same log as 8 per-rank files (explain DIR/*.log): median {statistics.median(runs):.3f} s, max "
-              f"{max(runs):.3f} s; first failure {first['id']}: {'found on rank 6' if right else 'MISSED: ' + first['evidence']}")
+              f"{max(runs):.3f} s; first failure {first['id']}: {verdict}")
         # pathological lines spliced in
         text, oom_line = with_pathological_lines(*eight_rank_log(1300))
         log = Path(tmp) / "pathological.log"

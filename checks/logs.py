@@ -105,7 +105,8 @@ ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|time
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b\n]{0,256}(?:\x07|\x1b\\)")
 #: rank prefixes: torchrun --tee / accelerate ("[rank3]:", "[default3]:"), srun --label ("3: "), pdsh ("host: ");
 #: a rank has at most 6 digits (a longer number is text, not a rank)
-PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d{1,6})\]:\s?|(?P<r2>\d{1,4}):\s|(?P<host>[A-Za-z][\w.-]{0,62}):\s)")
+PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d{1,6})\]:\s?|(?P<r2>\d{1,4}):\s|"
+                    r"(?P<host>[A-Za-z][\w.-]{0,62}):\s)")
 #: what a line is matched on: at most this many characters (the head and the tail of a longer line)
 LINE_CHARS = 8192
 #: the largest world size a log's number is taken as (a larger one is not used to list ranks)
@@ -423,7 +424,8 @@ def _world_size(lines: list[Line]) -> int | None:
 
 
 #: NCCL's INFO lines naming the interface it uses ('Bootstrap : Using eth0:10.0.0.5<0>')
-NCCL_USING = re.compile(r"(?:Bootstrap : Using|NET/Socket : Using \[0\])\s{0,4}([\w.-]{1,64}):(\d{1,3}(?:\.\d{1,3}){3})")
+NCCL_USING = re.compile(r"(?:Bootstrap : Using|NET/Socket : Using \[0\])\s{0,4}([\w.-]{1,64}):"
+                        r"(\d{1,3}(?:\.\d{1,3}){3})")
 
 
 def _nccl_connect(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -488,8 +490,8 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 
 #: a compiler's or ninja's error line
-COMPILER_ERROR = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|unsupported gpu architecture",
-                            re.I)
+COMPILER_ERROR = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|"
+                            r"unsupported gpu architecture", re.I)
 
 
 def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -609,7 +611,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("host-oom-kill", "MEM504", ("-9", "Signal 9"),
          r"--local_rank=(?P<rank2>\d{1,6})'\] exits with return code = -9|exits with return code = -9|"
          r"failed \(exitcode: -9\) local_rank: (?P<rank3>\d{1,6}) \(pid: (?P<pid3>\d{1,10})\)|"
-         r"Signal 9 \(SIGKILL\) received by PID (?P<pid>\d{1,10})|exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
+         r"Signal 9 \(SIGKILL\) received by PID (?P<pid>\d{1,10})|"
+         r"exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
          r"rank (?P<rank>\d{1,6}) [^\n]{0,200}?exit code -9", _signal,
          "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
     _sig("shm-bus-error", "ENV312", ("Bus error", "bus error"),
@@ -650,7 +653,8 @@ SIGNATURES: tuple[Signature, ...] = (
          r"ZeRO3 is incompatible with LoRA", _first_line),
     _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
          r"contains custom code which must be executed|Do you wish to run the custom code|"
-         r"requires you to execute [^\n]{0,300}?custom code|(?:pass the argument|set the option) `trust_remote_code=True`",
+         r"requires you to execute [^\n]{0,300}?custom code|"
+         r"(?:pass the argument|set the option) `trust_remote_code=True`",
          _first_line,
          "dsdoctor check --model PATH (reads config.json only)"),
     _sig("import-error", "ENV310", ("ImportError", "ModuleNotFoundError", "deepspeed_init()", "AttributeError"),
@@ -695,7 +699,8 @@ CASCADE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken
 #: while the master starts, an IPv6 bind that falls back to IPv4; never the failure itself.
 C10D_WARNING = re.compile(r"\[W[\d :.]{0,40}\w{1,60}\.cpp:\d{1,6}\]")
 #: An exception's (dotted) name, as a traceback's last line starts
-EXCEPTION_NAME = r"(?:[A-Za-z_]\w{0,80}\.){0,12}(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)"
+EXCEPTION_NAME = (r"(?:[A-Za-z_]\w{0,80}\.){0,12}"
+                  r"(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)")
 #: The last line of a Python traceback: an exception's (dotted) name and its message.
 PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
 
@@ -1035,6 +1040,15 @@ def _claims_no_error(match: Match, matches: list[Match], lines: list[Line]) -> b
     return rank is not None and any(m.line.rank == rank for m in own)
 
 
+TRACEBACK_HEADER = "Traceback (most recent call last)"
+
+
+def _quoted(evidence: str) -> str:
+    """Evidence quoting the log, with a traceback's header (a spliced or glued line can carry one) shortened: what
+    dsdoctor prints never looks like a traceback of its own."""
+    return evidence.replace(TRACEBACK_HEADER, "Traceback (...)") if TRACEBACK_HEADER in evidence else evidence
+
+
 def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tuple[list[Finding], dict]:
     """Findings for the log ``text`` (or its lines, from :func:`read_lines` or :func:`merge`): the first real
     failure (its rule's ID, severity and title; the evidence from the log with its line number and rank; the fix,
@@ -1050,11 +1064,12 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
     first, others = failures(matches, lines)
     if first is None:
-        tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)][-5:]
+        tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
+                and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
         result.update(first_failure=None, matches=[])
-        return [LOG800.finding(f"no known failure found in {len(lines):,} lines; last error-looking lines: {shown}")], \
-            result
+        return [LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
+                                       f"{shown}"))], result
     if first.signature.name == "stopped":
         build = build_in_flight(lines, first.line_index)
         if build:
@@ -1080,10 +1095,11 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             title = target.title
             if match.signature is BUILD_SIGNATURE:
                 title = "the run hung in a JIT op build: a stale build lock or a build still running (inconclusive)"
-            findings.append(target.finding(where + evidence, severity="error" if ended else "warning", fix=fix,
+            findings.append(target.finding(_quoted(where + evidence), severity="error" if ended else "warning", fix=fix,
                                            title=title if ended else f"the run finished, but: {target.title}"))
         else:
-            findings.append(target.finding(where + evidence, severity="info", title=f"later: {target.title}", fix=fix))
+            findings.append(target.finding(_quoted(where + evidence), severity="info", title=f"later: {target.title}",
+                                           fix=fix))
         if len(findings) >= 6:
             break
     result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,

@@ -490,8 +490,6 @@ def test_smoke_s_report_piped_into_explain_points_to_the_run_s_log():
 def test_every_format_of_a_smoke_report_is_recognised(tmp_path, result, path, fmt):
     import io
 
-    from rich.console import Console  # noqa: F401  (render_table prints through rich)
-
     from dsdoctor import render
     from dsdoctor.checks.training import TRN608
     from dsdoctor.report import Report

@@ -253,10 +253,11 @@ def produce_build_lock(name: str = "build-lock-stale") -> None:
             raise SystemExit(f"{name}: the second smoke's log has no SignalException (exit {second.returncode})")
         folder = HERE / name
         folder.mkdir(exist_ok=True)
-        (folder / "log.txt").write_text(f"$ TORCH_EXTENSIONS_DIR=$D dsdoctor smoke --steps 5 --timeout 40\n"
+        (folder / "log.txt").write_text("$ TORCH_EXTENSIONS_DIR=$D dsdoctor smoke --steps 5 --timeout 40\n"
                                         + sanitize(log, work), encoding="utf-8")
         (folder / "smoke-report.txt").write_text(sanitize(second.stdout, work), encoding="utf-8")
-    print(f"{name}: ops {[op.name for op in ops]}, second smoke exit {second.returncode}, {len(log.splitlines())} lines")
+    print(f"{name}: ops {[op.name for op in ops]}, second smoke exit {second.returncode}, "
+          f"{len(log.splitlines())} lines")
 
 
 if __name__ == "__main__":
