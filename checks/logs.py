@@ -20,7 +20,7 @@ ranks have at most 6 digits, a world size is used only up to :data:`MAX_WORLD`, 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from dsdoctor.report import Finding
@@ -941,7 +941,9 @@ def _activity(lines: list[Line], stop_index: int) -> str:
 
 def _stopped(match: Match, lines: list[Line]) -> tuple[str, str]:
     what, _ = _signal_of(match)
-    return (_where(match) + f"the run was stopped from outside by {what}, not by an error of its own; "
+    after = (match.info or {}).get("after")  # the failure that came before the stop, when there is one
+    cause = f"after the failure at {after.line.at}" if after is not None else "not by an error of its own"
+    return (_where(match) + f"the run was stopped from outside by {what}, {cause}; "
             + _activity(lines, match.line_index), "")
 
 
@@ -1080,6 +1082,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
     for match in [first] + others:
         if match is not first and _claims_no_error(match, matches, lines):
             continue
+        if match is not first and match.signature.name == "stopped" and first.signature is not BUILD_SIGNATURE:
+            match = replace(match, info={"after": first})  # stopped after a failure of its own: say so
         evidence, fix = match.signature.describe(match, lines)
         target: Rule = rules[match.signature.rule_id]
         if target.id in reported:
@@ -1098,7 +1102,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             findings.append(target.finding(_quoted(where + evidence), severity="error" if ended else "warning", fix=fix,
                                            title=title if ended else f"the run finished, but: {target.title}"))
         else:
-            findings.append(target.finding(_quoted(where + evidence), severity="info", title=f"later: {target.title}",
+            title = "the run was stopped from outside (a signal)" if target.id == LOG807.id else target.title
+            findings.append(target.finding(_quoted(where + evidence), severity="info", title=f"later: {title}",
                                            fix=fix))
         if len(findings) >= 6:
             break

@@ -804,7 +804,11 @@ def test_a_stop_from_outside_is_not_a_python_error_of_the_run(log, what):
 def test_a_failure_before_the_stop_is_the_cause_and_errors_after_it_are_not():
     oom = "[rank1]: " + OOM_LINE + "\n"
     after = "[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: DataLoader worker (pid 7) is killed\n"
-    assert ids(oom + RECEIVED.format(sig=15) + after) == ["MEM501", "LOG807"]
+    findings, _ = explain(oom + RECEIVED.format(sig=15) + after)
+    assert [f.id for f in findings] == ["MEM501", "LOG807"]  # and LOG807 does not say "not by an error of its own"
+    assert "stopped from outside by signal 15 (SIGTERM" in findings[1].evidence
+    assert "after the failure at line 1" in findings[1].evidence and "not by an error" not in findings[1].evidence
+    assert findings[1].title == "later: the run was stopped from outside (a signal)"
     assert ids(RECEIVED.format(sig=15) + after)[0] == "LOG807"
     killed = "[ERROR] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9\n"
     assert ids(RECEIVED.format(sig=15) + killed)[0] == "LOG807"  # the launcher's kill after the stop, not the OOM killer
@@ -846,3 +850,12 @@ def test_torchrun_s_log_dir_layout_as_log806_s_fix_names_it(tmp_path):
                                    ("run1/attempt_0/1/stderr.log", [*TRACEBACK.splitlines(), "KeyError: 'labels'"])])
     code, report, _ = report_of(sorted(str(p) for p in tmp_path.glob("*/attempt_*/*/std*.log")))
     assert code == 1 and report["findings"][0]["evidence"].startswith(f"{paths[1]} line 4: rank 1: KeyError")
+
+
+def test_a_report_inside_a_longer_log_that_holds_no_failure_is_no_error():
+    """A training log that printed a dsdoctor report and then trained: LOG800 for the log, not "this is a report"."""
+    check = "## dsdoctor check\n\n| status | id | finding | evidence | fix |\n|---|---|---|---|---|\n| FAIL | DS102 | x |\n"
+    code, report, _ = report_of(["-"], input=check + "".join(f"step={i} loss 1.0\n" for i in range(30)))
+    assert code == 0 and report["findings"][0]["id"] == "LOG800"
+    code, _, err = explain_cli(["-"], input=check + "step=1 loss 1.0\n")
+    assert code == 2 and "is a dsdoctor check report" in err

@@ -313,6 +313,9 @@ def merge(streams: list[list]) -> list:
 # --- a dsdoctor report instead of a log -------------------------------------------------------------------------------
 
 COMMANDS = ("check", "env", "estimate", "explain", "nccl", "rules", "smoke")
+#: a report with at most this many other lines around it (smoke's progress lines on stderr, a shell prompt) is the
+#: input itself; with more, the input is a log that printed a report, explained without the report's lines
+REPORT_OTHER_LINES = 20
 #: the rich table's title line (render.render_table: ``Table(title=f"dsdoctor {command}")``), then its box
 TABLE_TITLE = re.compile(rf"^\s{{0,1000}}dsdoctor ({'|'.join(COMMANDS)})\s{{0,1000}}$")
 BOX = re.compile(r"^\s{0,8}[┏┌╭╔+]")
@@ -361,7 +364,7 @@ def report_in(text: str) -> dict | None:
             continue
         title = TABLE_TITLE.match(line)
         if title and any(BOX.match(ln) for ln in lines[index + 1:index + 3]):
-            end = next((i + 1 for i in range(index + 1, len(lines)) if COUNTS.match(lines[i])), len(lines))
+            end = _table_end(lines, index)
             found = found or {"command": title.group(1), "log": None, "out": None, "regions": []}
             found["regions"].append((index, end))
             found["log"] = found["log"] or _table_value(lines[index:end], "log")
@@ -386,6 +389,22 @@ def report_in(text: str) -> dict | None:
             continue
         index += 1
     return found
+
+
+#: how the lines of render_table's output start: its boxes and the result rows (a space), or empty
+TABLE_STARTS = tuple(" \t│┃┏┡┗└├╇┼━─╭╰╔║╚|+")
+
+
+def _table_end(lines: list[str], title: int) -> int:
+    """The index after a rich report that starts at ``lines[title]``: after its counts line, else at the first line
+    that is no part of a table."""
+    for index in range(title + 1, len(lines)):
+        line = lines[index]
+        if COUNTS.match(line):
+            return index + 1
+        if line and not line.startswith(TABLE_STARTS):
+            return index
+    return len(lines)
 
 
 def _str(value) -> str | None:
@@ -457,6 +476,7 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
     budget = MAX_BYTES if not several else min(MAX_BYTES, max(MIN_FILE_BYTES, MAX_TOTAL_BYTES // len(sources)))
     head_bytes = HEAD_BYTES * budget // MAX_BYTES
     streams, skipped_of, reports = [], {}, []
+    outside = 0  # non-empty lines outside the reports found
     first_skipped = None
     for number, source in enumerate(sources):
         text, skipped = read_log(source, budget, head_bytes)
@@ -468,13 +488,14 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
             reports.append((name, report))
             gone = {i for start, end in report["regions"] for i in range(start, end)}
             lines = [ln for i, ln in enumerate(lines) if i not in gone]
+        outside += sum(1 for ln in lines[:1000] if ln.text.strip())
         if skipped:
             skipped_of[name] = skipped
             first_skipped = skipped if number == 0 else first_skipped
         streams.append(lines)
     merged = merge(streams)
     findings, result = explain_text(merged, first_skipped if not several else None)
-    if reports and findings[0].id == LOG800.id:
+    if reports and findings[0].id == LOG800.id and outside <= REPORT_OTHER_LINES:  # a report, no log around it
         raise _report_error(*reports[0])
     if several:
         result["lines"] = sum(len(s) for s in streams) + sum(n for _, n in skipped_of.values())
