@@ -859,3 +859,10 @@ def test_a_report_inside_a_longer_log_that_holds_no_failure_is_no_error():
     assert code == 0 and report["findings"][0]["id"] == "LOG800"
     code, _, err = explain_cli(["-"], input=check + "step=1 loss 1.0\n")
     assert code == 2 and "is a dsdoctor check report" in err
+
+
+def test_a_closed_stdin_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", "-"], capture_output=False, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("dsdoctor: error: - : stdin is closed; give the log file, "
+                                                            "or pipe the log into `dsdoctor explain -`")

@@ -184,8 +184,8 @@ def read_log(source: str, budget: int | None = None, head_bytes: int | None = No
     ``budget - head_bytes`` (cut at line ends) are kept; the rest is streamed through to count its lines: the second
     value is then (the line after which lines were left out, how many), so that line numbers stay those of the file.
 
-    A path is opened through :func:`dsdoctor.files.read_input` (regular files only, non-blocking: a FIFO, a device,
-    ``/proc/kmsg`` refused at once); a regular file over the budget is streamed (opened non-blocking, checked with
+    A path is opened through :func:`dsdoctor.files.read_input` (regular files only, non-blocking: a FIFO or a device
+    refused at once, ``/proc/kmsg`` never blocks); a regular file over the budget is streamed (opened non-blocking, checked with
     fstat); files over :data:`MAX_FILE_READ_BYTES` are refused, stdin stops after :data:`MAX_STDIN_READ_BYTES`.
 
     Raises:
@@ -197,9 +197,14 @@ def read_log(source: str, budget: int | None = None, head_bytes: int | None = No
     budget = budget or MAX_BYTES
     head_bytes = min(head_bytes or HEAD_BYTES, budget // 2)
     if source == "-":
-        name = "stdin"
-        raw = _chunks_of(sys.stdin.buffer, MAX_STDIN_READ_BYTES, "stdin")
-        return _decoded(_text_chunks(raw, name), budget, head_bytes)
+        stdin = getattr(sys.stdin, "buffer", None)
+        if stdin is None:
+            raise DsdoctorError("- : stdin is closed; give the log file, or pipe the log into `dsdoctor explain -`")
+        try:
+            return _decoded(_text_chunks(_chunks_of(stdin, MAX_STDIN_READ_BYTES, "stdin"), "stdin"), budget,
+                            head_bytes)
+        except OSError as exc:
+            raise DsdoctorError(f"stdin: cannot read it ({exc.strerror or exc})") from None
     name = shown(source)
     path = os.path.expanduser(source)
     if os.path.isdir(path):
