@@ -4,8 +4,11 @@ logs written from the public reports), rank prefixes and colours, the first real
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -339,3 +342,527 @@ def test_a_nan_loss_spoils_a_run_that_finished():
            "{'train_runtime': '0.07', 'train_loss': '0.54', 'epoch': '0.5'}\n")
     code, report, _ = run("-", input=log)
     assert code == 1 and (report["findings"][0]["id"], report["findings"][0]["severity"]) == ("TRN602", "error")
+
+
+# --- issue 12 ---------------------------------------------------------------------------------------------------------
+
+def explain_cli(args, input=None):
+    """``dsdoctor explain ARGS`` in-process: (exit code, stdout, stderr)."""
+    from fuzzing import run as fuzz_run
+
+    result = fuzz_run(["explain", *args], input_text=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def report_of(args, input=None):
+    code, out, err = explain_cli([*args, "--json", "-"], input=input)
+    return code, (json.loads(out) if out.strip().startswith("{") else None), err
+
+
+BATCH = ("AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+         "gradient_acc_step * world_size 16 != 2 * 1 * 2")
+TRACEBACK = ("Traceback (most recent call last):\n  File \"/workspace/job/train.py\", line 8, in <module>\n"
+             "    engine, *_ = deepspeed.initialize(model=model, config=config)\n")
+
+
+def test_a_rank_s_exit_is_not_reported_as_missing_when_its_error_is_in_the_log():
+    """Issue 12 item 8: DS102 of rank 0, then LOG806 'rank 0 exited with code 1; no error of that rank is in this
+    log' contradicted it."""
+    log = ("[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=0'] exits with return "
+           "code = 1\n" + "".join(f"[rank0]: {ln}\n" for ln in (TRACEBACK + BATCH).splitlines()))
+    assert ids(log) == ["DS102"]
+    assert ids((LOGS / "batch-assertion" / "log.txt").read_text()) == ["DS102"]  # rank 1's, in the real log
+    # without rank prefixes any error may be the rank's own: no claim that it is missing
+    assert ids("exits with return code = 1 --local_rank=1'] exits with return code = 1\n" + TRACEBACK + BATCH) == \
+        ["DS102"]
+    # a rank with no error of its own still gets LOG806, after the failure that ended the run
+    other = "[ERROR] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = 1\n"
+    assert ids(log + other) == ["DS102", "LOG806"]
+    # MEM504's "killed by signal 9 with no Python error" is the same claim
+    killed = "[ERROR] ['python', '-u', 'train.py', '--local_rank=0'] exits with return code = -9\n"
+    assert "MEM504" not in ids("".join(f"[rank0]: {ln}\n" for ln in (TRACEBACK + BATCH).splitlines()) + killed)
+
+
+def _rank_files(tmp_path, names_and_lines):
+    paths = []
+    for name, lines in names_and_lines:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{ln}\n" for ln in lines))
+        paths.append(str(path))
+    return paths
+
+
+def test_several_files_each_rank_from_its_name(tmp_path):
+    """LOG806's own fix, `dsdoctor explain DIR/*.log`, was refused ("Got unexpected extra argument")."""
+    paths = _rank_files(tmp_path, [
+        ("logs/20240101103000_rank0.log", ["[2024-01-01 10:00:00,000] [INFO] starting", "step=1 loss 2.0"]),
+        ("logs/20240101103000_rank1.log", ["[2024-01-01 10:00:00,000] [INFO] starting", *TRACEBACK.splitlines(),
+                                           "KeyError: 'input_ids'"]),
+    ])
+    code, report, _ = report_of(paths)
+    first = report["findings"][0]
+    assert code == 1 and first["id"] == "LOG805"
+    assert first["evidence"].startswith(f"{paths[1]} line 5: rank 1: KeyError: 'input_ids'")
+    assert report["result"]["ranks"] == [0, 1] and report["result"]["log"] == paths
+    assert report["result"]["first_failure"]["file"] == paths[1]
+
+
+@pytest.mark.parametrize("name,rank", [("rank3.log", 3), ("node1-rank3.txt", 3), ("20240101103000_rank12.log", 12),
+                                       ("run/attempt_0/5/stdout.log", 5), ("train.log", None), ("myrank3.log", None),
+                                       ("rank99999999999.log", None)])
+def test_a_file_s_rank_from_its_name(name, rank):
+    from dsdoctor.commands.explain import rank_of_file
+
+    assert rank_of_file(name) == rank
+
+
+def test_a_rank_prefix_inside_a_file_wins_over_its_name(tmp_path):
+    paths = _rank_files(tmp_path, [("all.log", ["[rank3]: " + BATCH]), ("rank0.log", ["step=1 loss 2.0"])])
+    code, report, _ = report_of(paths)
+    assert code == 1 and report["findings"][0]["evidence"].startswith(f"{paths[0]} line 1: rank 3: ")
+
+
+def test_several_files_are_merged_by_their_timestamps(tmp_path):
+    """One file per rank: the first failure is the earliest in time, not the first file's (rank 0's watchdog timeout
+    came 30 minutes after rank 1's out-of-memory)."""
+    watchdog = ("[E ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, "
+                "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800042 milliseconds before "
+                "timing out.")
+    paths = _rank_files(tmp_path, [
+        ("rank0.log", ["[2024-01-01 10:00:00,000] [INFO] step=1", "[2024-01-01 10:31:00,000] [ERROR] watchdog",
+                       watchdog]),
+        ("rank1.log", ["[2024-01-01 10:00:00,000] [INFO] step=1", "[2024-01-01 10:01:00,000] [ERROR] step failed",
+                       *TRACEBACK.splitlines(), "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 "
+                                                "GiB. GPU 1 has a total capacity of 79.15 GiB of which 1.10 GiB is free."]),
+    ])
+    code, report, _ = report_of(paths)
+    assert [f["id"] for f in report["findings"]] == ["MEM501", "LOG801"]
+    assert report["findings"][0]["evidence"].startswith(f"{paths[1]} line 6: rank 1: CUDA out of memory")
+
+
+def test_several_huge_files_keep_each_file_s_cap_and_line_numbers(tmp_path, monkeypatch):
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_BYTES", 8000)
+    monkeypatch.setattr(command, "HEAD_BYTES", 2000)
+    monkeypatch.setattr(command, "MAX_TOTAL_BYTES", 8000)
+    monkeypatch.setattr(command, "MIN_FILE_BYTES", 4000)
+    lines = [f"step {i} loss 1.0" for i in range(2000)]
+    paths = _rank_files(tmp_path, [("rank0.log", lines), ("rank1.log", lines + [BATCH])])
+    report = command.run_explain(paths)
+    first = report.findings[0]
+    assert first.id == "DS102" and first.evidence.startswith(f"{paths[1]} line 2001: rank 1: ")
+    skipped = report.result["skipped_lines"]
+    assert set(skipped) == set(paths) and all(1 < a < b < 2001 for a, b in skipped.values())
+    assert f"of {paths[0]} were not read" in first.evidence and report.result["lines"] == 4001
+
+
+def test_stdin_may_be_one_of_several_but_only_once(tmp_path):
+    paths = _rank_files(tmp_path, [("rank0.log", ["step=1 loss 2.0"])])
+    code, report, _ = report_of([paths[0], "-"], input="[rank1]: " + BATCH + "\n")
+    assert code == 1 and report["findings"][0]["evidence"].startswith("stdin line 1: rank 1: ")
+    code, _, err = explain_cli(["-", "-"], input="x\n")
+    assert code == 2 and "more than once" in err
+
+
+# a dsdoctor report instead of a training log (issue 12 item 9)
+
+LOCK_CASE = LOGS / "build-lock-stale"
+
+
+def test_smoke_s_report_piped_into_explain_points_to_the_run_s_log():
+    """The real report of a timed-out smoke, as `dsdoctor smoke ... 2>&1 | dsdoctor explain -` gives it: LOG800 with
+    table fragments as evidence, exit 0, before."""
+    code, out, err = explain_cli(["-"], input=(LOCK_CASE / "smoke-report.txt").read_text())
+    assert code == 2 and out == ""
+    assert err.strip() == ("dsdoctor: error: stdin is a dsdoctor smoke report, not a training log: run `dsdoctor "
+                           "explain /workspace/job/dsdoctor-smoke/train.log` (the run's own output, kept in its --out "
+                           "directory)")
+
+
+@pytest.mark.parametrize("result,path", [
+    ({"out": "runs/x", "log": "runs/x/train.log"}, "runs/x/train.log"),
+    ({"out": "runs/y/"}, "runs/y/train.log"),
+    ({}, "<--out>/train.log` (dsdoctor-smoke/train.log by default)"),
+])
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_every_format_of_a_smoke_report_is_recognised(tmp_path, result, path, fmt):
+    import io
+
+    from dsdoctor import render
+    from dsdoctor.checks.training import TRN608
+    from dsdoctor.report import Report
+
+    report = Report("smoke", result={"world_size": 2, **result, "steps": 0})
+    report.add(TRN608.finding("no end after 40 s; rank(s) [0, 1] never logged a step"))
+    if fmt == "table":
+        buffer = io.StringIO()
+        render.render_table(report, file=buffer)
+        text = buffer.getvalue()
+    else:
+        text = render.render_markdown(report) if fmt == "markdown" else render.render_json(report)
+    log = tmp_path / "smoke.txt"
+    log.write_text("starting ranks   0/5 steps  0:00:40\n" + text)
+    code, _, err = explain_cli([str(log)])
+    assert code == 2 and f"is a dsdoctor smoke report, not a training log: run `dsdoctor explain {path}" in err
+
+
+def test_other_reports_and_explain_s_own(tmp_path):
+    code, _, err = explain_cli(["-"], input="## dsdoctor check\n\n| status | id | finding | evidence | fix |\n|---|---|---|---|---|\n"
+                                    "| FAIL | DS102 | train_batch_size != ... | 16 != 2 x 1 x 2 | drop it |\n")
+    assert code == 2 and "is a dsdoctor check report, not a training log: explain reads a training run's output" in err
+    first = tmp_path / "first.txt"
+    first.write_text(json.dumps({"command": "explain", "dsdoctor_version": "0.1.0", "findings": [],
+                                 "result": {"log": "train.log"}}, indent=2))
+    code, _, err = explain_cli([str(first)])
+    assert code == 2 and "is a dsdoctor explain report, not a training log: it explained train.log" in err
+
+
+def test_a_training_log_with_a_report_in_it_is_still_explained(tmp_path):
+    """A training script that runs `dsdoctor check` first: the run's own failure after the report is found, and the
+    report's lines (FAIL rows) are no failure of the run."""
+    check = ("                 dsdoctor check                 \n┏━━━━━━━━┳━━━━━━━━┓\n┃ status ┃ id     ┃\n"
+             "│ FAIL   │ DS102  │ train_batch_size 16 != 2 x 1 x 2; RuntimeError: CUDA out of memory │\n"
+             "└────────┴────────┘\n1 FAIL\n")
+    log = check + TRACEBACK + "KeyError: 'labels'\n"
+    findings, _ = explain(log)  # the lines alone would read the report's row as an OOM
+    assert findings[0].id == "MEM501"
+    code, report, _ = report_of(["-"], input=log)
+    assert code == 1 and [f["id"] for f in report["findings"]] == ["LOG805"]
+    assert report["findings"][0]["evidence"].startswith("line 10: KeyError: 'labels'")
+
+
+# quadratic regular expressions (issue 12, fuzz item 6)
+
+OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+            "23.65 GiB of which 1.10 GiB is free.")
+
+
+@pytest.mark.parametrize("log,rule", [
+    (OOM_LINE + "0" * 100_000, "MEM501"),  # 10 s at 20,000 digits, over 60 s at 100,000, before (the issue)
+    (OOM_LINE + "." * 100_000, "MEM501"),
+    ("NCCL WARN socketStartConnect: Connect to " + "1" * 160_000, "LOG800"),  # 37 s
+    ("1." * 10_000 + " " + OOM_LINE, "MEM501"),  # a long dotted word in a log with a CUDA OOM: 11 s, before
+    ("." * 20_000 + OOM_LINE, "MEM501"),  # over 20 s
+    ("a." * 10_000 + "\n" + OOM_LINE, "MEM501"),
+    ("[W" + "1" * 50_000 + " socket.cpp:1]\n" + OOM_LINE, "MEM501"),
+    ("Traceback (most recent call last)\n" + "a." * 50_000 + "\n" + OOM_LINE, "MEM501"),
+    ("12 validation errors for DeepSpeed" + "0" * 50_000, "LOG800"),
+    ("[rank0]: Watchdog caught collective operation timeout" + "[" * 50_000, "LOG800"),
+    ("\x1b]" * 30_000 + OOM_LINE, "MEM501"),  # 2.6 s
+    ("".join(f"{i}%|" for i in range(20_000)) + "\n" + OOM_LINE, "MEM501"),
+])
+def test_pathological_lines_are_read_in_linear_time(log, rule):
+    start = time.perf_counter()
+    findings, _ = explain(log)
+    assert time.perf_counter() - start < 1.0 and findings[0].id == rule
+
+
+#: patterns that are only ever used with .match (anchored at a line's start)
+MATCH_ONLY = {"PREFIX", "HOST_FOLLOWER", "C10D_WARNING", "PYTHON_ERROR", "CONTINUES", "GIB"}
+FILLERS = ["0", "a", ".", " ", "a.", "0.", "0 ", "[", "]", "_", "-", "'", ":", "(", "\x1b[", "\x1b]", "1 * ", "%|",
+           "a....", "0 GiB "]
+
+
+def _all_patterns():
+    import dsdoctor.checks.logs as logs
+    from dsdoctor.commands import explain as command
+
+    patterns = {f"logs.{n}": p for n, p in vars(logs).items() if isinstance(p, re.Pattern)}
+    patterns.update({f"explain.{n}": p for n, p in vars(command).items() if isinstance(p, re.Pattern)})
+    patterns.update({f"signature {s.name}": s.pattern for s in logs.SIGNATURES})
+    return patterns
+
+
+def test_every_pattern_is_linear_on_long_runs_of_one_character():
+    """The timing harness of issue 12: every compiled pattern of explain (module level and signatures) against
+    40,000 characters of one filler, alone and after each of its signature's needles (and its words repeated): a
+    pattern that backtracks over the run takes seconds there; a bounded one, milliseconds."""
+    import dsdoctor.checks.logs as logs
+
+    needles = {f"signature {s.name}": s.needles for s in logs.SIGNATURES}
+    slow = []
+    for name, pattern in _all_patterns().items():
+        use = pattern.match if name.split(".")[-1] in MATCH_ONLY else pattern.search
+        prefixes = [""] + list(needles.get(name, ()))
+        fillers = FILLERS + [n + " " for n in needles.get(name, ())] + [p.split()[0] + " " for p in prefixes if p]
+        for prefix in prefixes:
+            for filler in fillers:
+                text = prefix + filler * (40_000 // len(filler))
+                start = time.perf_counter()
+                use(text)
+                took = time.perf_counter() - start
+                if took > 0.25:
+                    slow.append((name, prefix, filler, round(took, 2)))
+    assert slow == []
+
+
+# unbounded and blocking reads (issue 12, fuzz item 7)
+
+def _explain_process(args, stdin=None, timeout=30):
+    """`dsdoctor explain ARGS` in a process with its address space capped at 2 GiB (so that reading /dev/zero whole,
+    as before, fails at once instead of taking the machine's memory) and a wall-clock limit."""
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2 ** 30, 2 * 2 ** 30))
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", *args], stdin=stdin, capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=cap)
+    return proc, time.perf_counter() - start
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda tmp: (os.mkfifo(tmp / "fifo"), str(tmp / "fifo"))[1], "a named pipe (FIFO), not a regular file"),
+    (lambda tmp: "/dev/zero", "/dev/zero: a character device, not a regular file"),
+    (lambda tmp: "/dev/urandom", "/dev/urandom: a character device, not a regular file"),
+])
+def test_what_is_not_a_regular_file_is_refused_at_once(tmp_path, make, message):
+    """A FIFO blocked explain forever; /dev/zero and /dev/urandom were read until MemoryError."""
+    proc, took = _explain_process([make(tmp_path)])
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert took < 20
+
+
+@pytest.mark.parametrize("device,message", [("/dev/zero", "stdin is binary data (NUL bytes), not a text log"),
+                                            ("/dev/urandom", "stdin is binary data, not a text log")])
+def test_endless_binary_stdin_is_refused_at_once(device, message):
+    with open(device, "rb") as stdin:
+        proc, took = _explain_process(["-"], stdin=stdin)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"dsdoctor: error: {message}" and took < 20
+
+
+def test_a_huge_sparse_file_is_refused_by_its_size(tmp_path):
+    """64 GiB of nothing (a sparse file): refused before reading, not read into memory."""
+    log = tmp_path / "huge.log"
+    with open(log, "wb") as f:
+        f.truncate(64 * 2 ** 30)
+    proc, took = _explain_process([str(log)])
+    assert proc.returncode == 2 and "64 GiB, more than explain reads (16 GiB)" in proc.stderr and took < 20
+
+
+def test_stdin_keeps_its_head_and_tail_within_the_cap(monkeypatch):
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_BYTES", 4000)
+    monkeypatch.setattr(command, "HEAD_BYTES", 1000)
+    log = "".join(f"step {i} loss 1.0\n" for i in range(5000)) + "[rank1]: " + BATCH + "\n"
+    code, report, _ = report_of(["-"], input=log)
+    first = report["findings"][0]
+    assert code == 1 and first["id"] == "DS102" and first["evidence"].startswith("line 5001: rank 1: ")
+    assert "of this log, its middle, were not read" in first["evidence"]
+    start, end = report["result"]["skipped_lines"]
+    assert 1 < start < end < 5001 and report["result"]["lines"] == 5001
+
+
+def test_endless_text_on_stdin_stops_at_the_cap(monkeypatch):
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_STDIN_READ_BYTES", 3 * 2 ** 20)
+    code, _, err = explain_cli(["-"], input="y\n" * (2 * 2 ** 20))
+    assert code == 2 and err.strip() == ("dsdoctor: error: stdin: more than 3 MiB; give the log's last part "
+                                         "(`tail -c 64M LOG | dsdoctor explain -`)")
+
+
+def test_a_regular_file_over_the_cap_is_streamed_not_loaded(tmp_path, monkeypatch):
+    """The middle of a large log is counted, never held: 40 MiB read with a 1 MiB budget (line numbers kept)."""
+    import tracemalloc
+
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_BYTES", 2 ** 20)
+    monkeypatch.setattr(command, "HEAD_BYTES", 2 ** 18)
+    log = tmp_path / "big.log"
+    with open(log, "w") as f:
+        for _ in range(40):
+            f.write("step 1 loss 1.0 " * 64 + "\n" + ("x" * 1023 + "\n") * 1000)
+        f.write(BATCH + "\n")
+    lines = 40 * 1001 + 1
+    tracemalloc.start()
+    report = command.run_explain(str(log))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert report.findings[0].id == "DS102" and report.findings[0].evidence.startswith(f"line {lines}: ")
+    assert peak < 12 * 2 ** 20 and report.result["lines"] == lines
+
+
+# internal errors from numbers in a log (issue 12, fuzz item 8)
+
+def test_numbers_too_long_for_int_are_text():
+    digits = "1234" * 1075  # 4,300 digits: past Python's int() limit
+    findings, _ = explain(BATCH.replace("16 != 2", f"{digits} != 2"))
+    assert findings[0].id == "DS102"
+    assert findings[0].evidence == ("line 1: train_batch_size 123412341234...(4,300 digits) != 2 x 1 x 2 (micro batch "
+                                    "x gradient accumulation x world size; numbers too long to be batch sizes)")
+    findings, _ = explain(BATCH.replace("!= 2 * 1", f"!= 2 * {digits}"))
+    assert findings[0].id == "DS102" and "!= 2 x 123412341234...(4,300 digits) x 2" in findings[0].evidence
+    findings, _ = explain(BATCH.replace("16 != 2", f"{digits} != {digits}"))  # longer than a line is matched on
+    assert findings[0].id in ("DS102", "LOG800")
+    findings, _ = explain(WATCHDOG.format(r=0).replace("600000)", "9" * 5000 + ")"))
+    assert findings[0].id == "LOG801" and "999999999999...(5,000 digits) ms" in findings[0].evidence
+
+
+@pytest.mark.parametrize("prefix", ["[rank99999999999999999999999]: ", "[rank" + "9" * 5000 + "]: ",
+                                    "[default1234567]: "])
+def test_a_huge_rank_prefix_is_text(prefix):
+    lines = read_lines(prefix + "ValueError: x\n")
+    assert lines[0].rank is None and lines[0].text == prefix + "ValueError: x"
+    findings, _ = explain(TRACEBACK + prefix + "KeyError: 'x'\n")
+    assert findings[0].id in ("LOG805", "LOG800")
+
+
+def test_a_huge_world_size_builds_no_huge_set():
+    start = time.perf_counter()
+    findings, _ = explain("[INFO] world_size=999999999\n" + WATCHDOG.format(r=0) + "\n")
+    assert time.perf_counter() - start < 1.0
+    assert findings[0].id == "LOG801" and "did not time out" not in findings[0].evidence  # not a believable size
+    findings, _ = explain("[INFO] world_size=1000000\n" + WATCHDOG.format(r=0) + "\n")
+    assert "rank(s) [1, 2, 3," in findings[0].evidence and "(999,967 more)] did not time out" in findings[0].evidence
+
+
+def test_a_size_that_is_no_number_is_text():
+    findings, _ = explain("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2.3 GiB. GPU 0 has a total "
+                          "capacity of 99999999999999999999 GiB of which 1.10 GiB is free.")
+    assert findings[0].id == "MEM501" and "--gpu-mem" not in findings[0].fix
+
+
+# a run stopped from outside, and the stale build lock (issue 12 item 1, explain's part)
+
+SIGNAL = ("Traceback (most recent call last):\n  File \"/opt/conda/lib/python3.10/site-packages/torch/distributed/run.py\","
+          " line 1032, in <module>\n    main()\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process "
+          "4242 got signal: {sig}\n")
+RECEIVED = ("W0601 10:30:00.000000 4242 site-packages/torch/distributed/elastic/agent/server/api.py:753] Received {sig} "
+            "death signal, shutting down workers\n")
+
+
+def test_the_real_stale_lock_log_names_the_op_build():
+    """The real log of smoke on a stale lock (cases/logs/build-lock-stale: made by produce.py): LOG805 SignalException
+    before; now ENV329 with the lock path, inconclusive between a stale lock and a build still running, and LOG807."""
+    findings, result = explain((LOCK_CASE / "log.txt").read_text())
+    assert [f.id for f in findings] == ["ENV329", "LOG807"]
+    build, stop = findings
+    assert build.severity == "error" and "(inconclusive)" in build.title
+    assert "deepspeed_shm_comm_op built successfully' line never came" in build.evidence
+    assert build.evidence.endswith("lock: ${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions/py311_cpu}/"
+                                   "deepspeed_shm_comm/lock")
+    assert "s before the stop (line " in build.evidence and ", SIGTERM)" in build.evidence
+    assert "Inconclusive between a stale build lock and a build still running" in build.fix
+    assert "`ls -l ${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions/py311_cpu}/deepspeed_shm_comm/lock`" in build.fix
+    assert "`dsdoctor env`" in build.fix
+    assert "stopped from outside by signal 15 (SIGTERM" in stop.evidence and "no training step was logged" in \
+        stop.evidence and "Setting accelerator to CPU" in stop.evidence
+    assert result["first_failure"]["rule"] == "ENV329"
+
+
+VERBOSE_BUILD = [
+    "[2024-06-01 10:00:00,000] [INFO] [real_accelerator.py:161:get_accelerator] Setting ds_accelerator to cuda "
+    "(auto detect)",
+    "Using /root/.cache/torch_extensions/py310_cu121 as PyTorch extensions root...",
+]
+
+
+@pytest.mark.parametrize("extra,lock", [
+    ([], "/root/.cache/torch_extensions/py310_cu121/*/lock"),  # waiting on another's lock: only the root is printed
+    (["Creating extension directory /root/.cache/torch_extensions/py310_cu121/fused_adam...",
+      "Emitting ninja build file /root/.cache/torch_extensions/py310_cu121/fused_adam/build.ninja...",
+      "Building extension module fused_adam..."], "/root/.cache/torch_extensions/py310_cu121/fused_adam/lock"),
+])
+def test_a_stop_during_a_verbose_jit_build_is_env329_with_its_lock(extra, lock):
+    log = "\n".join(VERBOSE_BUILD + extra) + "\n" + RECEIVED.format(sig=15) + SIGNAL.format(sig=15)
+    findings, _ = explain(log)
+    assert [f.id for f in findings] == ["ENV329", "LOG807"]
+    assert findings[0].evidence.startswith("line 2: a JIT op build") and findings[0].evidence.endswith(f"lock: {lock}")
+    assert f"`ls -l {lock}`" in findings[0].fix
+
+
+def test_a_finished_build_is_not_where_it_hung():
+    log = "\n".join(VERBOSE_BUILD + ["Loading extension module fused_adam...", "Time to load fused_adam op: 0.1 s"] +
+                    [f"{{'loss': 1.{i}, 'epoch': 0.{i}}}" for i in range(3)]) + "\n" + RECEIVED.format(sig=2)
+    findings, _ = explain(log)
+    assert [f.id for f in findings] == ["LOG807"]
+    assert "stopped from outside by signal 2 (SIGINT: a Ctrl-C)" in findings[0].evidence
+    assert "the last training progress before it: line 7: {'loss': 1.2, 'epoch': 0.2}" in findings[0].evidence
+
+
+@pytest.mark.parametrize("log,what", [
+    (SIGNAL.format(sig="Signals.SIGTERM"), "signal 15 (SIGTERM"),  # python 3.8's str() of the signal
+    ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"train.py\", line 3, in <module>\n"
+     "[rank0]:     time.sleep(1)\n[rank0]: KeyboardInterrupt\n", "signal 2 (SIGINT: a Ctrl-C)"),
+    ("slurmstepd: error: *** STEP 1234.0 ON node01 CANCELLED AT 2024-06-01T10:00:00 DUE TO TIME LIMIT ***\n",
+     "the job scheduler cancelled the job (time limit)"),
+    ("[2024-06-01 10:00:00,000] [INFO] [launch.py:319:sigkill_handler] Main process received SIGTERM, exiting\n",
+     "signal 15 (SIGTERM"),
+])
+def test_a_stop_from_outside_is_not_a_python_error_of_the_run(log, what):
+    findings, _ = explain("[2024-06-01 09:00:00,000] [INFO] step=10, skipped=0\n" + log)
+    assert findings[0].id == "LOG807" and what in findings[0].evidence
+    assert "the last training progress before it: line 1:" in findings[0].evidence
+
+
+def test_a_failure_before_the_stop_is_the_cause_and_errors_after_it_are_not():
+    oom = "[rank1]: " + OOM_LINE + "\n"
+    after = "[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: DataLoader worker (pid 7) is killed\n"
+    findings, _ = explain(oom + RECEIVED.format(sig=15) + after)
+    assert [f.id for f in findings] == ["MEM501", "LOG807"]  # and LOG807 does not say "not by an error of its own"
+    assert "stopped from outside by signal 15 (SIGTERM" in findings[1].evidence
+    assert "after the failure at line 1" in findings[1].evidence and "not by an error" not in findings[1].evidence
+    assert findings[1].title == "later: the run was stopped from outside (a signal)"
+    assert ids(RECEIVED.format(sig=15) + after)[0] == "LOG807"
+    killed = "[ERROR] ['python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9\n"
+    assert ids(RECEIVED.format(sig=15) + killed)[0] == "LOG807"  # the launcher's kill after the stop, not the OOM killer
+
+
+@pytest.mark.parametrize("log,budget", [("\n" * 300 + "[rank1]: " + BATCH + "\n", None),
+                                        ("a\n" * 3000 + "[rank1]: " + BATCH + "\n", 4000)])
+def test_a_log_of_millions_of_short_lines_keeps_a_bounded_number(tmp_path, monkeypatch, log, budget):
+    """64 MiB of newlines were 64 million line objects; at most MAX_LINES are kept (head and tail), numbered as the
+    file's lines."""
+    from dsdoctor.commands import explain as command
+
+    monkeypatch.setattr(command, "MAX_LINES", 100)
+    monkeypatch.setattr(command, "HEAD_LINES", 10)
+    if budget:
+        monkeypatch.setattr(command, "MAX_BYTES", budget)
+        monkeypatch.setattr(command, "HEAD_BYTES", 1000)
+    path = tmp_path / "lines.log"
+    path.write_text(log)
+    report = command.run_explain(str(path))
+    total = log.count("\n")
+    assert report.findings[0].id == "DS102" and report.findings[0].evidence.startswith(f"line {total}: rank 1: ")
+    assert report.result["lines"] == total
+    start, end = report.result["skipped_lines"]
+    assert start == 11 and end == total - 100 + 10
+
+
+def test_explain_imports_no_torch_nor_deepspeed():
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom dsdoctor.cli import cli\n"
+            f"CliRunner().invoke(cli, ['explain', {str(LOGS / 'batch-assertion' / 'log.txt')!r}, "
+            f"{str(LOCK_CASE / 'log.txt')!r}])\n"
+            "print(sorted(m for m in ('torch', 'deepspeed', 'transformers') if m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_torchrun_s_log_dir_layout_as_log806_s_fix_names_it(tmp_path):
+    """LOG806's fix: `torchrun --log-dir DIR --redirects 3` then `dsdoctor explain DIR/*/attempt_*/*/std*.log`."""
+    paths = _rank_files(tmp_path, [("run1/attempt_0/0/stderr.log", ["ok"]),
+                                   ("run1/attempt_0/1/stderr.log", [*TRACEBACK.splitlines(), "KeyError: 'labels'"])])
+    code, report, _ = report_of(sorted(str(p) for p in tmp_path.glob("*/attempt_*/*/std*.log")))
+    assert code == 1 and report["findings"][0]["evidence"].startswith(f"{paths[1]} line 4: rank 1: KeyError")
+
+
+def test_a_report_inside_a_longer_log_that_holds_no_failure_is_no_error():
+    """A training log that printed a dsdoctor report and then trained: LOG800 for the log, not "this is a report"."""
+    check = "## dsdoctor check\n\n| status | id | finding | evidence | fix |\n|---|---|---|---|---|\n| FAIL | DS102 | x |\n"
+    code, report, _ = report_of(["-"], input=check + "".join(f"step={i} loss 1.0\n" for i in range(30)))
+    assert code == 0 and report["findings"][0]["id"] == "LOG800"
+    code, _, err = explain_cli(["-"], input=check + "step=1 loss 1.0\n")
+    assert code == 2 and "is a dsdoctor check report" in err
+
+
+def test_a_closed_stdin_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", "-"], capture_output=False, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0), timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip() == ("dsdoctor: error: - : stdin is closed; give the log file, "
+                                                            "or pipe the log into `dsdoctor explain -`")

@@ -3,6 +3,7 @@ this machine's CPU (two ranks where the failure is distributed), launched the wa
 combined output kept as ``cases/logs/<name>/log.txt`` with this machine's details replaced (paths, host name, user).
 
     python cases/logs/produce.py [NAME ...]     # all of them by default; about two minutes (one op build)
+    python cases/logs/produce.py build-lock-stale   # dsdoctor smoke twice, about three minutes (see below)
 
 The logs that need a GPU or a situation this machine cannot make (an NCCL watchdog timeout after 30 minutes, a CUDA
 out-of-memory, a V100) are written by hand from the public reports and the exact message formats of the code that
@@ -180,9 +181,9 @@ CPUAdamBuilder().load()
 def sanitize(text: str, work: str) -> str:
     """This machine's paths, host name, user and addresses replaced by neutral ones."""
     home = os.path.expanduser("~")
-    site = next((p for p in sys.path if p.endswith("site-packages")), None)
+    sites = [p for p in sys.path if p.endswith("site-packages")]  # a venv's and the system's (--system-site-packages)
     for old, new in ((work, "/workspace/job"), (str(HERE.parents[1]), "/workspace/repo"),
-                     (site or "\0", "/opt/conda/lib/python3.11/site-packages"),
+                     *((site, "/opt/conda/lib/python3.11/site-packages") for site in sites),
                      (sys.prefix, "/opt/conda"), (home, "/home/user"), (tempfile.gettempdir(), "/tmp")):
         text = text.replace(old, new)
     text = re.sub(rf"\b{re.escape(socket.gethostname())}\b", "node0", text)
@@ -225,6 +226,40 @@ def produce(name: str) -> None:
     print(f"{name}: exit {proc.returncode}, {len(log.splitlines())} lines")
 
 
+def produce_build_lock(name: str = "build-lock-stale") -> None:
+    """The stale-build-lock hang (issue 12), for real: ``dsdoctor smoke`` once with a private TORCH_EXTENSIONS_DIR so
+    that DeepSpeed JIT-builds its op (the CPU accelerator's deepspeed_shm_comm), then the lock a Ctrl-C during that
+    build leaves behind (torch's FileBaton: ``<TORCH_EXTENSIONS_DIR>/<op>/lock``; with TORCH_EXTENSIONS_DIR set there
+    is no ``py3X_cpu`` level), then smoke again with ``--timeout 40``: its ranks wait on the lock, silently, until
+    smoke stops them. Keeps that run's ``train.log`` (log.txt) and its report as a user pipes it (``2>&1``:
+    smoke-report.txt)."""
+    with tempfile.TemporaryDirectory() as work:
+        ext = Path(work) / "ext"
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "PYTHONUNBUFFERED": "1"}
+        env.pop("MASTER_PORT", None)
+        smoke = [sys.executable, "-m", "dsdoctor", "smoke", "--steps", "5"]
+        first = subprocess.run(smoke + ["--out", str(Path(work) / "first")], env=env, cwd=work, capture_output=True,
+                               text=True, timeout=1200)
+        ops = sorted(p for p in ext.iterdir() if p.is_dir()) if ext.is_dir() else []
+        if first.returncode != 0 or not ops:
+            raise SystemExit(f"{name}: the first smoke did not build an op (exit {first.returncode})")
+        for op in ops:
+            (op / "lock").touch()  # what an interrupted build leaves behind
+        out = Path(work) / "dsdoctor-smoke"
+        second = subprocess.run(smoke + ["--timeout", "40", "--out", str(out)], env=env, cwd=work,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        log = (out / "train.log").read_text(encoding="utf-8", errors="replace")
+        if "SignalException" not in log:
+            raise SystemExit(f"{name}: the second smoke's log has no SignalException (exit {second.returncode})")
+        folder = HERE / name
+        folder.mkdir(exist_ok=True)
+        (folder / "log.txt").write_text("$ TORCH_EXTENSIONS_DIR=$D dsdoctor smoke --steps 5 --timeout 40\n"
+                                        + sanitize(log, work), encoding="utf-8")
+        (folder / "smoke-report.txt").write_text(sanitize(second.stdout, work), encoding="utf-8")
+    print(f"{name}: ops {[op.name for op in ops]}, second smoke exit {second.returncode}, "
+          f"{len(log.splitlines())} lines")
+
+
 if __name__ == "__main__":
-    for name in sys.argv[1:] or SCRIPTS:
-        produce(name)
+    for name in sys.argv[1:] or [*SCRIPTS, "build-lock-stale"]:
+        produce_build_lock(name) if name == "build-lock-stale" else produce(name)
