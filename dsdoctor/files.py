@@ -19,6 +19,8 @@ from dsdoctor.report import DsdoctorError
 
 #: the longest path shown in an error line; a longer one is cut in the middle
 SHOWN_PATH_CHARS = 120
+#: where the kernel's pseudo-files live: never an input
+KERNEL_FILES = ("/proc/", "/sys/")
 
 
 def shown(path: str) -> str:
@@ -78,8 +80,17 @@ def read_input(path: str, option: str, max_bytes: int, *, stdin_ok: bool = False
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            hint = "; give the log file (e.g. train.log)" if stat.S_ISDIR(mode) and what == "log" else ""
+            hint = ""
+            if what == "log" and stat.S_ISDIR(mode):
+                hint = "; give the log file (e.g. train.log)"
+            elif what == "log" and stat.S_ISFIFO(mode):
+                hint = "; pipe it in instead: ... | dsdoctor explain -"
             raise DsdoctorError(f"{option} {name}: {_describe_kind(mode)}, not a regular file{hint}")
+        real = os.path.realpath(os.path.expanduser(path))
+        if real.startswith(KERNEL_FILES):
+            # procfs and sysfs files look regular (size 0) but are the kernel's: /proc/kmsg blocks, and as root
+            # reading it drains the kernel log from its real readers
+            raise DsdoctorError(f"{option} {name}: a kernel file ({real.split(os.sep)[1]}), not a {what}")
         with os.fdopen(fd, "rb", closefd=True) as f:
             fd = -1
             data = _read_capped(f, max_bytes)

@@ -165,3 +165,18 @@ def test_a_device_as_output_is_written_in_place_never_replaced(tmp_path, target)
         write_output(target, "{}", "--json")
     after = os.stat(target)
     assert (after.st_ino, after.st_rdev, after.st_mode) == (before.st_ino, before.st_rdev, before.st_mode)
+
+
+@pytest.mark.parametrize("path", ["/proc/kmsg", "/proc/self/status", "/sys/kernel/mm/transparent_hugepage/enabled"])
+def test_kernel_files_are_never_read(path):
+    if not os.path.exists(path):
+        pytest.skip(f"no {path} here")
+    with pytest.raises(DsdoctorError, match=r"a kernel file \((proc|sys)\), not a log"):
+        read_input(path, "LOG", 1 << 20, what="log")
+
+
+def test_a_fifo_given_to_explain_says_to_pipe_it(tmp_path):
+    fifo = tmp_path / "p"
+    os.mkfifo(fifo)
+    result = run(["explain", fifo])
+    assert result.exit_code == 2 and "pipe it in instead: ... | dsdoctor explain -" in result.stderr
