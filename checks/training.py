@@ -216,7 +216,7 @@ def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03, *
     elif change and context.get("random_init"):
         method = context.get("method", "lora")
         needed = BUNDLED_LEARNS_AT.get(method)
-        what = "the bundled tiny model" if context.get("bundled_model") else "this config.json's random init"
+        what = "the bundled tiny model" if context.get("bundled_model") else "a config.json without weights"
         conclusive = (f"on {what}, a peak learning rate of at least {needed:g} for {method}, reached within the "
                       f"first 10 of 100 steps (yours: {lr_peak:.3g})"
                       if needed and lr_peak is not None and context.get("bundled_model")
