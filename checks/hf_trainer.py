@@ -9,7 +9,6 @@ accelerate 1.15. Nothing here imports them.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -82,6 +81,9 @@ NUMERIC = {"per_device_train_batch_size": int, "gradient_accumulation_steps": in
            "max_grad_norm": float, "warmup_steps": float, "max_steps": int, "num_train_epochs": float,
            "warmup_ratio": float}
 FLAGS = ("fp16", "bf16", "fp16_full_eval", "bf16_full_eval", "save_on_each_node", "auto_find_batch_size")
+#: --hf-args keys that are not fields matched against the fields for "did you mean" (HF208): a real file has
+#: tens of keys; matching 80,000 of them against 150 fields took a minute
+MAX_KEYS_MATCHED = 200
 #: removed in transformers 5 (accepted by 4.x)
 REMOVED_IN_5 = {"warmup_ratio": "warmup_steps (a fraction below 1 is a ratio)"}
 FALLBACK_DEFAULTS = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "learning_rate": 5e-05,
@@ -95,6 +97,7 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
     """TrainingArguments values: the installed transformers' defaults (from the schema) updated with ``hf_args``.
     Strings in numeric fields are reported (HF206) and read as numbers so the remaining checks can go on."""
     from dsdoctor.checks.deepspeed_config import installed_version
+    from dsdoctor.checks.deepspeed_config.values import finite_float
 
     defaults = dict(FALLBACK_DEFAULTS)
     defaults.update((ctx.schema.get("training_arguments") or {}).get("defaults", {}))
@@ -110,9 +113,13 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
     if fields:
         import difflib
 
+        looked = 0
         for key in hf_args:
             if key in fields or key in REMOVED_IN_5:
                 continue
+            looked += 1
+            if looked > MAX_KEYS_MATCHED:
+                break
             close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
             if close:
                 out.add(HF208.finding(f'"{key}" is not a TrainingArguments field; did you mean "{close[0]}"? '
@@ -125,11 +132,10 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
             continue
         number = None
-        if isinstance(value, str):
-            try:
-                number = kind(float(value)) if kind is int else float(value)
-            except (ValueError, OverflowError):
-                number = None
+        if isinstance(value, str):  # HfArgumentParser's float()/int() of the string; NaN and inf count as no number
+            number = finite_float(value)
+            if number is not None and kind is int:
+                number = int(number) if abs(number) < 2 ** 63 else None
         if number is not None:
             out.add(HF206.finding(f"{key} is the string {value!r}, not a number"))
         else:
@@ -161,7 +167,7 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
     """
     from dsdoctor.checks.deepspeed_config import (MISSING, auto_paths, is_auto, show)
 
-    filled = copy.deepcopy(config)
+    filled = _copy_objects(config)
     origin: dict[str, str] = {}
     fills: list[str] = []
     mismatches: list[str] = []
@@ -296,6 +302,15 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
                               f"lr_scheduler_type={chosen!r}" + ("" if explicit else " (the default)")
                               + " is not used", severity="warning" if explicit else "info"))
     return filled, origin
+
+
+def _copy_objects(value: Any) -> Any:
+    """A copy of every object (dict) in ``value``, sharing lists and leaves: the fills replace values in objects
+    only (``find_config_node`` walks dicts; accelerate's walk skips lists), so nothing else needs copying, and a
+    1 MiB file of nested arrays is not deep-copied twice."""
+    if not isinstance(value, dict):
+        return value
+    return {key: _copy_objects(child) for key, child in value.items()}
 
 
 def _py(value: Any) -> str:

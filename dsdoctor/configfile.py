@@ -191,8 +191,48 @@ def read_hf_args(path: str, option: str = "--hf-args") -> dict:
     if not isinstance(values, dict):
         raise DsdoctorError(f"{option} {path}: expected a mapping of TrainingArguments names to values, "
                             f"not {_json_type(values)}")
+    expanded = expanded_size(values, MAX_ARGS_VALUES)
+    if expanded is None or expanded > MAX_ARGS_VALUES:
+        raise DsdoctorError(f"{option} {path}: " + (
+            "a YAML alias refers to a value that holds it (*name inside &name)" if expanded is None else
+            f"expands to more than {MAX_ARGS_VALUES:,} values (YAML aliases: each *name repeats its whole &name "
+            "value); a TrainingArguments file holds tens"))
     validate_values(values, option, path)
     return {str(k): v for k, v in values.items()}
+
+
+#: values an --hf-args file may expand to: YAML aliases repeat whole values, so 300 bytes with 7 levels of aliases
+#: held 10^7 values and took 82 s to check; a real TrainingArguments file holds tens
+MAX_ARGS_VALUES = 100_000
+
+
+def expanded_size(value: Any, cap: int) -> int | None:
+    """How many values ``value`` holds once every shared part (a YAML alias) is counted each time it appears,
+    computed once per distinct container (an alias bomb costs its size in the file, not its expansion).
+    Returns a number above ``cap`` as soon as it is reached, or None when a container holds itself (a recursive
+    alias, ``&a [*a]``)."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
+    while stack:
+        node, done = stack.pop()
+        ident = id(node)
+        children = list(node.values()) if isinstance(node, dict) else node
+        if done:
+            size = 1 + sum(sizes.get(id(c), 1) if isinstance(c, (dict, list)) else 1 for c in children)
+            sizes[ident] = size
+            open_.discard(ident)
+            if size > cap:
+                return size
+            continue
+        if ident in sizes:
+            continue
+        if ident in open_:
+            return None
+        open_.add(ident)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list)) and id(c) not in sizes)
+    return sizes.get(id(value), 1)
 
 
 #: deeper than any real config; Python's parsers and copy.deepcopy hit the recursion limit near 1000
@@ -206,34 +246,73 @@ def validate_values(value: Any, option: str, path: str) -> None:
     :data:`MAX_DEPTH`, integers beyond 2^63, NaN or infinite floats (YAML ``.inf``, JSON ``1e999``), and strings
     that are not valid Unicode (lone surrogates from ``\\ud800`` escapes).
 
+    One pass over the values; the dotted place of a value is built only for the error (a 1 MiB file of 500,000
+    values is walked in about a quarter of a second).
+
     Raises:
         DsdoctorError: one line naming the option, the file and the dotted place of the value.
     """
-    import math
+    from dsdoctor.files import shown
 
-    stack = [(value, "", 0)]
+    name = shown(path)
+    if not isinstance(value, (dict, list)):
+        _check_leaf(value, None, option, name)
+        return
+    stack: list[tuple[Any, tuple | None, int]] = [(value, None, 0)]
     while stack:
-        node, where, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            shown = where if len(where) <= 60 else where[:60] + "..."
-            raise DsdoctorError(f"{option} {path}: nested more than {MAX_DEPTH} levels deep at {shown}")
+        node, crumb, depth = stack.pop()
+        if depth >= MAX_DEPTH:
+            child_crumb = (crumb, next(iter(node), "")) if isinstance(node, dict) else (crumb, 0)
+            if node:
+                where = _where(child_crumb)
+                raise DsdoctorError(f"{option} {name}: nested more than {MAX_DEPTH} levels deep at "
+                                    f"{where if len(where) <= 60 else where[:60] + '...'}")
+            continue
         if isinstance(node, dict):
             for key, child in node.items():
-                _valid_text(str(key), option, path, where)
-                stack.append((child, f"{where}.{key}" if where else str(key), depth + 1))
-        elif isinstance(node, list):
-            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
-        elif isinstance(node, bool) or node is None:
-            continue
-        elif isinstance(node, int):
-            if abs(node) >= MAX_INT:
-                raise DsdoctorError(f"{option} {path}: the integer at {where or 'the top'} has "
-                                    f"{len(str(abs(node)))} digits (larger than 2^63)")
-        elif isinstance(node, float):
-            if not math.isfinite(node):
-                raise DsdoctorError(f"{option} {path}: {node} at {where or 'the top'} is not a finite number")
-        elif isinstance(node, str):
-            _valid_text(node, option, path, where)
+                if isinstance(key, str) and not key.isascii():
+                    _valid_text(key, option, name, _where(crumb))
+                if isinstance(child, (dict, list)):
+                    stack.append((child, (crumb, str(key)), depth + 1))
+                elif not (child is None or type(child) is bool or type(child) is str and child.isascii()
+                          or type(child) is int and -MAX_INT < child < MAX_INT):
+                    _check_leaf(child, (crumb, str(key)), option, name)
+        else:
+            for i, child in enumerate(node):
+                if isinstance(child, (dict, list)):
+                    stack.append((child, (crumb, i), depth + 1))
+                elif not (child is None or type(child) is bool or type(child) is str and child.isascii()
+                          or type(child) is int and -MAX_INT < child < MAX_INT):
+                    _check_leaf(child, (crumb, i), option, name)
+
+
+def _where(crumb: tuple | None) -> str:
+    """The dotted place (``zero_optimization.offload_param.device``, ``a[3].b``) of a value from its crumbs."""
+    parts = []
+    while crumb is not None:
+        crumb, step = crumb
+        parts.append(f"[{step}]" if isinstance(step, int) else step)
+    text = ""
+    for part in reversed(parts):
+        text += part if part.startswith("[") or not text else f".{part}"
+    return text
+
+
+def _check_leaf(node: Any, crumb: tuple | None, option: str, name: str) -> None:
+    import math
+
+    if isinstance(node, bool) or node is None:
+        return
+    if isinstance(node, int):
+        if abs(node) >= MAX_INT:
+            raise DsdoctorError(f"{option} {name}: the integer at {_where(crumb) or 'the top'} has "
+                                f"{len(str(abs(node))) if abs(node) < 10 ** 4000 else 'more than 4,000'} digits "
+                                "(larger than 2^63)")
+    elif isinstance(node, float):
+        if not math.isfinite(node):
+            raise DsdoctorError(f"{option} {name}: {node} at {_where(crumb) or 'the top'} is not a finite number")
+    elif isinstance(node, str):
+        _valid_text(node, option, name, _where(crumb))
 
 
 def _valid_text(text: str, option: str, path: str, where: str) -> None:

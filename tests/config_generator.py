@@ -210,3 +210,72 @@ def generate(rng: random.Random) -> tuple[dict, bool, list[str], list[str]]:
         client, fault = break_one(config, client, rng, ignored)
         faults.append(fault)
     return config, client, faults, ignored
+
+
+# ---------------------------------------------------------------------------------------------- hostile shapes
+_BASE = '"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 2e-5}}'
+
+
+def _keys(n: int, value: str = "0", prefix: str = "k") -> str:
+    return ", ".join(f'"{prefix}{i}": {value}' for i in range(n))
+
+
+#: each shape as a function of a count n; :func:`hostile_shapes` picks the largest n that fits the size
+SHAPES = {
+    "top-level unknown keys": lambda n: "{" + _BASE + ", " + _keys(n) + "}",
+    "top-level auto keys": lambda n: "{" + _BASE + ", " + _keys(n, '"auto"') + "}",
+    "unknown keys in zero_optimization": lambda n: "{" + _BASE + ', "zero_optimization": {"stage": 2, ' + _keys(n)
+                                                   + "}}",
+    "unknown keys in offload_param": lambda n: "{" + _BASE + ', "zero_optimization": {"stage": 3, "offload_param": '
+                                               '{"device": "cpu", ' + _keys(n) + "}}}",
+    "unknown keys in activation_checkpointing": lambda n: "{" + _BASE + ', "activation_checkpointing": {'
+                                                          + _keys(n) + "}}",
+    "AdamW params unknown": lambda n: '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", '
+                                      '"params": {' + _keys(n) + "}}}",
+    "SGD params unknown": lambda n: '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "SGD", "params": {'
+                                    + _keys(n) + "}}}",
+    "optimizer params auto": lambda n: '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", '
+                                       '"params": {' + _keys(n, '"auto"') + "}}}",
+    "scheduler params unknown": lambda n: "{" + _BASE + ', "scheduler": {"type": "WarmupLR", "params": {'
+                                          + _keys(n) + "}}}",
+    "scheduler params auto": lambda n: "{" + _BASE + ', "scheduler": {"type": "WarmupLR", "params": {'
+                                       + _keys(n, '"auto"') + "}}}",
+    "auto in a long list": lambda n: '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", '
+                                     '"params": {"lr": 1e-5, "betas": [' + ",".join(['"auto"'] * n) + "]}}}",
+    "duplicate keys": lambda n: "{" + _BASE + ", " + ", ".join(f'"d{i}": 0, "d{i}": 1' for i in range(n)) + "}",
+    "control characters in keys": lambda n: "{" + _BASE + ", " + ", ".join(f'"k\\n\\u0007\\u001b[31m{i}": 0'
+                                                                             for i in range(n)) + "}",
+    "one long key": lambda n: "{" + _BASE + ', "' + "z" * n + '": 1}',
+    "long optimizer type": lambda n: '{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "'
+                                     + "adam" * n + '"}}',
+    "long scheduler type": lambda n: "{" + _BASE + ', "scheduler": {"type": "' + "W" * n + '"}}',
+    "long number string": lambda n: "{" + _BASE + ', "gradient_clipping": "' + "9" * n + '"}',
+    "wide array": lambda n: "{" + _BASE + ', "a": [' + ",".join(["0"] * n) + "]}",
+    "arrays nested 60 deep": lambda n: "{" + _BASE + ', "a": [' + ",".join(["[" * 60 + "0" + "]" * 60] * n) + "]}",
+    "objects nested 30 deep, auto inside": lambda n: "{" + _BASE + ', "x": [' + ",".join(
+        ['{"p": ' * 30 + '"auto"' + "}" * 30] * n) + "]}",
+}
+#: --hf-args shapes (JSON), for the Trainer path
+HF_SHAPES = {
+    "near-miss TrainingArguments keys": lambda n: "{" + ", ".join(f'"per_device_train_batch_sizee{i}": 1'
+                                                                  for i in range(n)) + "}",
+    "many short keys": lambda n: "{" + ", ".join(f'"x{i}": 1' for i in range(n)) + "}",
+    "long number string": lambda n: '{"learning_rate": "' + "1" * n + '"}',
+}
+
+
+def _fit(build, max_bytes: int) -> str:
+    low, high = 1, max_bytes
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(build(mid).encode()) <= max_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return build(low)
+
+
+def hostile_shapes(max_bytes: int = (1 << 20) - 64, shapes: dict | None = None) -> dict[str, str]:
+    """The worst config shapes we know for the check's time, each as large as fits in ``max_bytes`` (the reader's
+    cap is 1 MiB): name -> JSON text. ``shapes``: :data:`SHAPES` (default) or :data:`HF_SHAPES`."""
+    return {name: _fit(build, max_bytes) for name, build in (shapes or SHAPES).items()}

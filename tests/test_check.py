@@ -769,3 +769,151 @@ def test_fix_keeps_what_trains_or_says_so(rng, launch, gpu, model, world_size):
             said = f"{aspect} {before[aspect]} -> {after[aspect]}"
             assert any(said in c.training for c in result.changes), (config, said, result.changes)
     assert before["precision"] == after["precision"] or any("precision" in c.training for c in result.changes)
+
+
+# ------------------------------------------------------------------------------------------------ unbounded reads
+def _alias_bomb(levels: int) -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\nper_device_train_batch_size: 2\n"
+
+
+def test_yaml_alias_bomb_in_hf_args_is_refused_at_once(runner, tmp_path):
+    """Issue 12: 294 bytes of YAML with 7 levels of aliases took 82 s (x10 per level). 6 levels took 8 s."""
+    import time
+
+    (tmp_path / "bomb.yaml").write_text(_alias_bomb(6))
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto"})
+    start = time.perf_counter()
+    result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--hf-args", str(tmp_path / "bomb.yaml")])
+    assert time.perf_counter() - start < 2
+    assert result.exit_code == 2 and "expands to more than 100,000 values (YAML aliases" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("yaml_text, exit_code, message", [
+    ("a: &a [*a]\n", 2, "a YAML alias refers to a value that holds it"),
+    ("defaults: &d {learning_rate: 2.0e-5, per_device_train_batch_size: 4}\n<<: *d\nbf16: true\n", 0, None),
+])
+def test_yaml_anchors_that_do_not_explode_are_read(runner, tmp_path, yaml_text, exit_code, message):
+    (tmp_path / "args.yaml").write_text(yaml_text)
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto", "optimizer": OPT})
+    result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--world-size", "1", "--hf-args",
+                                 str(tmp_path / "args.yaml"), "--json", "-"])
+    assert result.exit_code == exit_code, result.stderr
+    if message:
+        assert message in result.stderr
+    else:
+        assert json.loads(result.stdout)["result"]["batch"]["train_micro_batch_size_per_gpu"] == 4  # the merge key
+
+
+#: the shapes that took from 20 s to several minutes (table output) before findings were capped per rule, their
+#: text cut, and the per-key work bounded: "duplicate keys" took 198 s, "SGD params unknown" over 60 s
+SLOW_SHAPES = [("duplicate keys", "engine"), ("SGD params unknown", "engine"), ("optimizer params auto", "trainer"),
+               ("auto in a long list", "engine"), ("long optimizer type", "engine"),
+               ("arrays nested 60 deep", "trainer")]
+
+
+@pytest.mark.parametrize("shape, launch", SLOW_SHAPES)
+def test_a_1_mib_config_of_any_shape_checks_in_seconds(runner, tmp_path, monkeypatch, shape, launch):
+    import time
+
+    from config_generator import SHAPES, hostile_shapes
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    text = hostile_shapes(shapes={shape: SHAPES[shape]})[shape]
+    assert len(text) > 1_000_000
+    path = write(tmp_path, text)
+    start = time.perf_counter()
+    result = runner.invoke(cli, ["check", path, "--launch", launch, "--fix", str(tmp_path / "fixed.json")])
+    assert time.perf_counter() - start < 5 and result.exit_code in (0, 1), result.stderr
+    assert len(result.stdout) < 100_000  # at most 25 findings a rule, each text cut at 1,000 characters
+    json.loads((tmp_path / "fixed.json").read_text())
+
+
+def test_many_near_miss_hf_args_keys_check_in_seconds(runner, tmp_path):
+    import time
+
+    from config_generator import HF_SHAPES, hostile_shapes
+
+    (tmp_path / "args.json").write_text(hostile_shapes(shapes=HF_SHAPES)["near-miss TrainingArguments keys"])
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto", "optimizer": {"type": "AdamW", "params": {
+        "lr": "auto"}}})
+    start = time.perf_counter()
+    result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--world-size", "1", "--hf-args",
+                                 str(tmp_path / "args.json")])
+    assert time.perf_counter() - start < 5 and result.exit_code == 0 and len(result.stdout) < 100_000, result.stdout
+
+
+# ------------------------------------------------------------------------------------------------ numbers and text
+@pytest.mark.parametrize("config, rule_id, text", [
+    ({"zero_optimization": {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 1e308}}, "DS144", "1e+308"),
+    ({"zero_optimization": {"stage": "²"}}, "DS140", '"\\u00b2"'),
+    ({"zero_optimization": {"stage": "9" * 5000}}, "DS140", "characters)"),
+    ({"gradient_accumulation_steps": "²"}, "DS103", "a string"),
+    ({"gradient_accumulation_steps": "9" * 5000}, "DS103", "a string"),
+])
+def test_numbers_that_overflowed_or_crashed_are_findings(runner, tmp_path, config, rule_id, text):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, **config})
+    result = runner.invoke(cli, ["check", path, "--world-size", "1", "--gpu", "RTX 4090", "--json", "-",
+                                 "--fix", str(tmp_path / "fixed.json")])
+    assert result.exit_code in (0, 1), result.stderr
+    found = [f for f in json.loads(result.stdout)["findings"] if f["id"] == rule_id]
+    assert found and text in found[0]["evidence"], found
+
+
+def _strict_json(text: str):
+    def refuse(constant):
+        raise ValueError(f"{constant} in the output")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("key", ["warmup_steps", "learning_rate", "per_device_train_batch_size", "max_grad_norm"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999"])
+def test_hf_args_strings_that_are_no_finite_number(runner, tmp_path, key, value):
+    """float("nan") and float("1e999") are numbers to Python: they crashed the warmup arithmetic (ValueError,
+    OverflowError) or reached the JSON result as NaN, which is not JSON."""
+    (tmp_path / "args.json").write_text(json.dumps({key: value, "max_steps": 100}))
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto", "optimizer": {"type": "AdamW", "params": {
+        "lr": "auto"}}, "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": "auto",
+                                                                          "total_num_steps": "auto"}},
+        "gradient_clipping": "auto"})
+    result = runner.invoke(cli, ["check", path, "--launch", "trainer", "--world-size", "1", "--hf-args",
+                                 str(tmp_path / "args.json"), "--json", "-"])
+    assert result.exit_code in (0, 1), result.stderr
+    data = _strict_json(result.stdout)
+    assert any(f["id"] == "HF206" and key in f["evidence"] for f in data["findings"])
+
+
+def test_fix_never_writes_a_number_json_cannot_hold(runner, tmp_path):
+    path = write(tmp_path, {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, "gradient_clipping": "1e999"})
+    result = runner.invoke(cli, ["check", path, "--world-size", "1", "--fix", str(tmp_path / "fixed.json")])
+    assert result.exit_code == 1
+    assert _strict_json((tmp_path / "fixed.json").read_text())["gradient_clipping"] == "1e999"
+
+
+def test_user_keys_never_reach_the_terminal_raw(runner, tmp_path):
+    """Keys with a newline, an escape sequence, a bell, DEL, C1 and the Unicode line separator, in every kind of
+    section: findings and the --fix table show them escaped."""
+    import re
+
+    keys = ["zero_optimisation\n\x1b[31m", "a\u2028b\x7f", "c\x85\x07"]
+    config = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 2e-5}},
+              "zero_optimization": {"stage": 2}, "scheduler": {"type": "WarmupLR", "params": {}},
+              "activation_checkpointing": {}}
+    for key in keys:
+        config[key] = 1
+        for section in (config["optimizer"]["params"], config["zero_optimization"], config["scheduler"]["params"],
+                        config["activation_checkpointing"]):
+            section[key] = "auto"
+    path = write(tmp_path, config)
+    for launch in ("engine", "trainer"):
+        result = runner.invoke(cli, ["check", path, "--world-size", "1", "--launch", launch])
+        assert result.exit_code in (0, 1)
+        assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", result.stdout), repr(result.stdout)
+        assert "\\x1b[31m" in result.stdout and "\\u2028" in result.stdout
+        data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "1", "--launch", launch,
+                                              "--json", "-"]).stdout)
+        for f in data["findings"]:
+            assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", f["evidence"] + f["fix"] + f["title"]), f

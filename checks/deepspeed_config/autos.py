@@ -9,7 +9,7 @@ from .keys import _field_index
 from .result import CheckContext, CheckResult
 from .rules import DS101, DS136, DS143
 from .precision import precision_of
-from .values import MISSING, auto_paths, get_path, show
+from .values import MISSING, auto_paths, get_path, listing, show
 
 
 def _section_of(path: str, schema: dict) -> str | None:
@@ -39,7 +39,7 @@ def check_autos_engine(config: dict, ctx: CheckContext, out: CheckResult) -> Non
         else:
             crash.append(path)
     if crash:
-        out.add(DS101.finding(f'{len(crash)} value(s) are "auto": ' + ", ".join(crash)))
+        out.add(DS101.finding(f'{len(crash)} value(s) are "auto": ' + listing(crash)))
         for path in crash:
             guess = _engine_value_for_auto(path, config)
             if guess is not MISSING:

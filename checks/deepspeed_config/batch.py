@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .result import CheckContext, CheckResult
 from .rules import DS102, DS103, DS104, DS105, DS106
-from .values import BATCH_KEYS, MISSING, is_auto, is_number, positive_int, show
+from .values import BATCH_KEYS, MISSING, digits_int, is_auto, is_number, positive_int, show
 
 
 def derive_batch(train: int | None, micro: int | None, grad_acc: int | None, world_size: int
@@ -143,8 +143,8 @@ def check_batch(config: dict, ctx: CheckContext, out: CheckResult, origin: dict[
             kind = ("a string" if isinstance(value, str) else "a boolean" if isinstance(value, bool)
                     else "fractional" if is_number(value) and value > 0 else "not greater than 0")
             out.add(DS103.finding(f'"{key}" is {show(value)} ({kind})'))
-            if isinstance(value, str) and value.strip().isdigit() and int(value) > 0:
-                out.change(key, value, int(value), "DS103", "an integer, not a string")
+            if digits_int(value):
+                out.change(key, value, digits_int(value), "DS103", "an integer, not a string")
             continue
         if isinstance(value, float):
             out.add(DS103.finding(f'"{key}" is {show(value)}: use the integer {n}', severity="warning"))

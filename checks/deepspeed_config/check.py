@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import copy
-
 from .autos import _section_of, check_autos_engine
 from .batch import check_batch, check_world_size
 from .fix import mark_training_changes
 from .keys import _field_index, check_keys, check_syntax
 from .optimizer import check_optimizer
 from .precision import check_precision
-from .result import CheckContext, CheckResult
+from .result import CheckContext, CheckResult, compact_findings
 from .schema import load_schema
 from .values import BATCH_KEYS, MISSING, get_path, is_auto
 from .zero import check_zero
@@ -19,9 +17,9 @@ from .zero import check_zero
 def effective_config(config: dict, ctx: CheckContext, out: CheckResult) -> dict:
     """The config as DeepSpeed will see it: the batch triple derived, and the main sections with DeepSpeed's
     defaults for every field not given ("auto" in a validated section becomes the default, as
-    DeepSpeedConfigModel does)."""
+    DeepSpeedConfigModel does). It shares the values it does not change with ``config``: read it, do not edit it."""
     schema = ctx.schema
-    eff = copy.deepcopy(config)
+    eff = dict(config)  # the sections rebuilt below are new dicts; the rest is only read (JSON, the table)
     for key, value in out.batch.items():
         if key in BATCH_KEYS and value is not None:
             eff[key] = value
@@ -107,4 +105,5 @@ def check_config(config: dict, ctx: CheckContext) -> CheckResult:
     for c in out.changes:  # "now" is what the file says, not a filled value
         c.old = get_path(config, c.path)
     mark_training_changes(config, out.changes, ctx.launch)
+    out.findings = compact_findings(out.findings)
     return out

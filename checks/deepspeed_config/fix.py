@@ -8,7 +8,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from .values import MISSING, as_bool, delete_path, get_path, is_auto, set_path, show
+from .values import MISSING, as_bool, get_path, is_auto, show
 
 
 @dataclass
@@ -32,17 +32,46 @@ class Change:
 
 
 def apply_changes(config: dict, changes: list[Change]) -> dict:
-    """A corrected copy of ``config`` with ``changes`` applied in order (the input is not modified): a change whose
-    ``new`` is MISSING deletes its path (a top-level key with dots in its name first, else the nested path)."""
-    fixed = copy.deepcopy(config)
-    for c in changes:
-        if c.new is MISSING:
-            if c.path in fixed:  # a top-level key, even one with dots in its name
-                del fixed[c.path]
-            else:
-                delete_path(fixed, c.path)
+    """``config`` with ``changes`` applied in order; the input is not modified. A change whose ``new`` is MISSING
+    deletes its path (a top-level key with dots in its name first, else the nested path); a set makes the objects on
+    its path (replacing a non-object there), as ``set_path`` does.
+
+    Copy on write: only the objects on a changed path are copied, everything else is shared with ``config`` (a
+    1 MiB file of nested arrays is not deep-copied for one edit). Read or dump the result; deep-copy it to edit it.
+    """
+    fixed = dict(config)
+    owned = {id(fixed)}
+
+    def own(parent: dict, key: str, make: bool) -> dict | None:
+        child = parent.get(key)
+        if not isinstance(child, dict):
+            if not make:
+                return None
+            child = {}
+        elif id(child) in owned:
+            return child
         else:
-            set_path(fixed, c.path, copy.deepcopy(c.new))
+            child = dict(child)
+        parent[key] = child
+        owned.add(id(child))
+        return child
+
+    for c in changes:
+        parts = c.path.split(".")
+        if c.new is MISSING and c.path in fixed:  # a top-level key, even one with dots in its name
+            del fixed[c.path]
+            continue
+        node: dict | None = fixed
+        for part in parts[:-1]:
+            node = own(node, part, make=c.new is not MISSING)
+            if node is None:
+                break
+        if node is None:
+            continue
+        if c.new is MISSING:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = copy.deepcopy(c.new)
     return fixed
 
 
@@ -109,31 +138,35 @@ def _touches(change_path: str, value_path: str) -> bool:
     return change_path == value_path or value_path.startswith(change_path + ".")
 
 
+#: every path whose edit can alter an aspect: the values themselves and every section above them
+_DECIDING = frozenset(".".join(p.split(".")[:i]) for paths in TRAINING_ASPECTS.values() for p in paths
+                      for i in range(1, p.count(".") + 2))
+
+
 def mark_training_changes(config: dict, changes: list[Change], launch: str = "engine") -> list[str]:
     """Set ``training`` on every change that alters what trains (:func:`training_of` of ``config`` against the
-    config after ``changes``), so that --fix says so on the edit itself ("precision fp32 -> bf16").
+    config after the changes), so that --fix says so on the edit itself ("precision fp32 -> bf16").
 
-    Returns the aspects that changed with no edit of their values to name (none by construction; when one does,
-    every change is marked with it rather than leaving it unsaid). Only the sections the aspects read are copied.
+    Only edits of a deciding value or a section above one (:data:`_DECIDING`) can alter an aspect, so only those
+    are applied, to a copy of the sections they touch (a file of 80,000 stray keys costs a set lookup per edit).
+    Returns the aspects that changed with no such edit to name (none by construction; when one does, every
+    deciding edit is marked with it rather than leaving it unsaid).
     """
-    relevant = [c for c in changes if any(_touches(c.path, p) for paths in TRAINING_ASPECTS.values() for p in paths)
-                or c.path.split(".")[0] in _TRAINING_KEYS]
+    relevant = [c for c in changes if c.path in _DECIDING]
     if not relevant:
         return []
-    paths = {c.path for c in changes}
+    paths = {c.path.split(".")[0] for c in relevant} | {c.path for c in relevant}
     needed = {k: v for k, v in config.items() if k in _TRAINING_KEYS or k in paths}
-    before, after = training_of(config, launch), training_of(apply_changes(needed, changes), launch)
+    before, after = training_of(config, launch), training_of(apply_changes(needed, relevant), launch)
     unnamed = []
-    for aspect, paths in TRAINING_ASPECTS.items():
+    for aspect, deciding in TRAINING_ASPECTS.items():
         if before[aspect] == after[aspect]:
             continue
         text = f"{aspect} {before[aspect]} -> {after[aspect]}"
-        responsible = [c for c in changes if any(_touches(c.path, p) for p in paths)] or \
-            [c for c in changes if c.path.split(".")[0] in {p.split(".")[0] for p in paths}]
+        responsible = [c for c in relevant if any(_touches(c.path, p) for p in deciding)]
         if not responsible:
             unnamed.append(aspect)
-            responsible = list(changes)
+            responsible = relevant
         for c in responsible:
             c.training = f"{c.training}; {text}" if c.training else text
     return unnamed
-

@@ -10,16 +10,25 @@ from dsdoctor.rules import Rule
 
 from .result import CheckContext, CheckResult
 from .rules import DS130, DS131, DS132, DS133, DS134, DS135, DS137, DS138, DS139, DS140
-from .values import EXTRA_TOP_LEVEL, MISSING, as_bool, get_path, is_auto, is_number, show, suggest
+from .values import (EXTRA_TOP_LEVEL, MISSING, as_bool, digits_int, finite_float, get_path, is_auto, is_number, show,
+                     suggest)
+
+
+#: id(section) -> (section, index): a section's index is built once per run, not once per "auto" path
+_INDEX_CACHE: dict[int, tuple[dict, dict[str, str]]] = {}
 
 
 def _field_index(section: dict) -> dict[str, str]:
     """Every accepted spelling of a section's fields (names and aliases) -> the field name."""
+    cached = _INDEX_CACHE.get(id(section))
+    if cached is not None and cached[0] is section:
+        return cached[1]
     index = {}
     for name, spec in section.get("fields", {}).items():
         index[name] = name
         for alias in spec.get("aliases", []):
             index[alias] = name
+    _INDEX_CACHE[id(section)] = (section, index)
     return index
 
 
@@ -55,7 +64,7 @@ def _type_problem(value: Any, spec: dict) -> str | None:
         values = spec.get("values", [])
         if value in values and not isinstance(value, bool):
             return None
-        if isinstance(value, str) and value.strip().isdigit() and int(value) in values:
+        if digits_int(value) is not None and digits_int(value) in values:
             return None
         return f"must be one of {', '.join(show(v) for v in dict.fromkeys(values))}, got {show(value)}"
     if kind == "str":
@@ -166,10 +175,9 @@ def check_keys(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             if not is_number(value):
                 out.add(DS137.finding(f'"{key}" must be a number, got {show(value)}'))
                 if isinstance(value, str):
-                    try:
-                        out.change(key, value, float(value), "DS137", "a number, not a string")
-                    except ValueError:
-                        pass
+                    number = finite_float(value)
+                    if number is not None:
+                        out.change(key, value, number, "DS137", "a number, not a string")
             elif key == "steps_per_print" and value < 1:
                 out.add(DS137.finding(f'"steps_per_print" is {show(value)}: DeepSpeed computes step % '
                                       "steps_per_print (ZeroDivisionError for 0)"))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from .keys import MAX_UNKNOWN_SHOWN, _report_more_unknown
 from .result import CheckContext, CheckResult
 from .rules import DS117, DS118, DS120, DS121, DS122, DS123, DS128, DS129, DS137
 from .scheduler import _check_lr, check_scheduler
@@ -133,8 +134,13 @@ def _check_optimizer_params(name: str, params: dict, config: dict, ctx: CheckCon
     if accepted is None:
         return
     engine_keys = ctx.schema["optimizers"].get("engine_params", []) if name.lower() in ("adam", "adamw") else []
+    unknown = 0
     for key in params:
         if key in accepted or key in engine_keys or key == "max_grad_norm" and cls != "FusedLamb":
+            continue
+        unknown += 1
+        if unknown > MAX_UNKNOWN_SHOWN:
+            out.change(f"optimizer.params.{key}", params[key], MISSING, "DS118", f"{cls} does not take it")
             continue
         guess = suggest(key, accepted + engine_keys)
         out.add(DS118.finding(f'"optimizer.params.{key}": {cls} does not take it'
@@ -146,3 +152,4 @@ def _check_optimizer_params(name: str, params: dict, config: dict, ctx: CheckCon
             out.change(f"optimizer.params.{guess}", MISSING, params[key], "DS118", f'the value of "{key}"')
         else:
             out.change(f"optimizer.params.{key}", params[key], MISSING, "DS118", f"{cls} does not take it")
+    _report_more_unknown('in "optimizer.params"', unknown, DS118, out)

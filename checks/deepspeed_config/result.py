@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,49 @@ class CheckContext:
     world_size_assumed: bool = False
 
 
+#: findings of one rule listed one by one; the rest are counted in one more (80,000 misspelled optimizer params
+#: must not make 80,000 rows: rich takes minutes to lay them out, and nobody reads them)
+MAX_FINDINGS_PER_RULE = 25
+#: the longest title, evidence or fix kept: a 1 MiB key or value quoted in a finding is cut, its length said
+MAX_TEXT_CHARS = 1000
+_SEVERITY_ORDER = ("ok", "info", "warning", "error")
+
+
+def clean_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` for a finding or a table cell: cut at ``limit`` characters (its length said), then every control
+    character escaped (``\\n``, ``\\x1b``: a key with a newline or an escape sequence stays on its row and cannot
+    move the cursor), with the CLI's own :func:`dsdoctor.cli.one_line`."""
+    from dsdoctor.cli import one_line
+
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text):,} characters)"
+    return one_line(text)
+
+
+def compact_findings(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with every text cleaned (:func:`clean_text`) and at most :data:`MAX_FINDINGS_PER_RULE` per rule
+    ID; the rest of a rule are counted in one finding placed after its last one shown, at their worst severity."""
+    counts: dict[str, int] = {}
+    worst: dict[str, str] = {}
+    last: dict[str, int] = {}
+    kept: list[Finding] = []
+    for f in findings:
+        n = counts[f.id] = counts.get(f.id, 0) + 1
+        if n <= MAX_FINDINGS_PER_RULE:
+            kept.append(dataclasses.replace(f, title=clean_text(f.title), evidence=clean_text(f.evidence),
+                                            fix=clean_text(f.fix)))
+            last[f.id] = len(kept) - 1
+        else:
+            worst[f.id] = max(worst.get(f.id, f.severity), f.severity, key=_SEVERITY_ORDER.index)
+    for rule_id in sorted(worst, key=lambda r: last[r], reverse=True):
+        first = kept[last[rule_id]]
+        more = counts[rule_id] - MAX_FINDINGS_PER_RULE
+        kept.insert(last[rule_id] + 1, dataclasses.replace(
+            first, severity=worst[rule_id], evidence=f"... and {more:,} more {rule_id} findings like the "
+                                                     f"{MAX_FINDINGS_PER_RULE} above (--fix lists every change)"))
+    return kept
+
+
 @dataclass
 class CheckResult:
     """Findings, the effective config (after the Trainer's fills and DeepSpeed's derivation), where each batch
@@ -71,8 +115,8 @@ class CheckResult:
     def change(self, path: str, old: Any, new: Any, rule_id: str, why: str) -> None:
         """Record an edit for --fix (the first edit of a path wins). Under the Trainer a value that is "auto"
         in the file is left alone: the Trainer fills it from TrainingArguments, which is where to change it."""
-        if self.original and is_auto(get_path(self.original, path)) and not is_auto(new) and \
-                self.launch == "trainer":
+        if self.launch == "trainer" and self.original and not is_auto(new) and \
+                is_auto(get_path(self.original, path)):
             return
         key = (path, new is MISSING)  # a delete and a set of one path can both stand (a dotted key, nested)
         if key not in self._changed:
@@ -85,5 +129,6 @@ class CheckResult:
             self.unfixed.append((path, what))
 
     def fixed_config(self, config: dict) -> dict:
-        """A corrected copy of ``config`` with every change applied (the input is not modified)."""
+        """``config`` with every change applied (the input is not modified; untouched values are shared with it:
+        :func:`apply_changes`)."""
         return apply_changes(config, self.changes)

@@ -8,7 +8,7 @@ from typing import Any
 from .autos import _AUTO_NEEDS
 from .result import CheckContext, CheckResult
 from .rules import DS116, DS124, DS125, DS126, DS127, DS128, DS137
-from .values import MISSING, is_auto, is_number, show, suggest
+from .values import MISSING, is_auto, is_number, listing, show, suggest
 
 
 def _check_lr(lr: Any, where: str, out: CheckResult) -> None:
@@ -59,7 +59,7 @@ def check_scheduler(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                                                             "the value of your run"))
     unknown = [p for p in params if p not in spec["params"]]
     if unknown:
-        out.add(DS126.finding(f'{name} does not take {", ".join(unknown)}; it takes '
+        out.add(DS126.finding(f'{name} does not take {listing(unknown)}; it takes '
                               f'{", ".join(p for p in spec["params"] if p != "last_batch_iteration")}'))
     warmup = params.get("warmup_num_steps", MISSING)
     if warmup is not MISSING and "warmup_num_steps" in spec["params"] and not is_auto(warmup):

@@ -39,7 +39,7 @@ def installed_version(package: str) -> str | None:
 def _version_key(version: str) -> tuple:
     parts = []
     for piece in version.split("+")[0].split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
+        digits = "".join(ch for ch in piece if ch.isascii() and ch.isdigit())[:19]
         parts.append(int(digits) if digits else 0)
     return tuple(parts)
 

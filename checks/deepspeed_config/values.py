@@ -15,15 +15,35 @@ EXTRA_TOP_LEVEL = ("sequence_parallel_size", "data_parallel_size")
 
 
 def auto_paths(config: Any, prefix: str = "") -> Iterator[str]:
-    """Dotted paths of every value equal to "auto" in a ds_config (nested dicts and lists)."""
-    if isinstance(config, dict):
-        for key, value in config.items():
-            yield from auto_paths(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(config, list):
-        for i, value in enumerate(config):
-            yield from auto_paths(value, f"{prefix}[{i}]")
+    """Dotted paths of every value equal to "auto" in a ds_config (nested dicts and lists), in document order.
+
+    One walk that builds a path only for an "auto" it finds (a 1 MiB file of nested arrays has 500,000 values and
+    a handful of "auto")."""
+    found: list[str] = []
+
+    def path_of(crumb: tuple) -> str:
+        steps = []
+        while crumb is not None:
+            crumb, step = crumb
+            steps.append(step)
+        text = prefix
+        for step in reversed(steps):
+            text = f"{text}[{step}]" if isinstance(step, int) else (f"{text}.{step}" if text else step)
+        return text
+
+    def walk(node: Any, crumb: tuple | None) -> None:
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if isinstance(value, (dict, list)):
+                walk(value, (crumb, key if isinstance(key, int) and not isinstance(node, dict) else str(key)))
+            elif value == "auto":
+                found.append(path_of((crumb, key if not isinstance(node, dict) else str(key))))
+
+    if isinstance(config, (dict, list)):
+        walk(config, None)
     elif config == "auto":
-        yield prefix
+        found.append(prefix)
+    return iter(found)
 
 
 def is_auto(value: Any) -> bool:
@@ -59,12 +79,17 @@ def delete_path(config: dict, path: str) -> None:
         node.pop(parts[-1], None)
 
 
-def show(value: Any) -> str:
-    """A value as JSON would write it (``true``, ``"auto"``, ``5e-05``)."""
+#: the longest value quoted in a finding: a 1 MiB string is cut, its length said, and the sentence around it kept
+MAX_SHOWN_CHARS = 200
+
+
+def show(value: Any, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A value as JSON would write it (``true``, ``"auto"``, ``5e-05``), cut at ``limit`` characters."""
     try:
-        return json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def suggest(name: str, known: list[str]) -> str | None:
@@ -108,8 +133,37 @@ def positive_int(value: Any) -> int | None:
     return None
 
 
+def digits_int(value: Any) -> int | None:
+    """A string of ASCII digits (spaces around allowed, at most 19 digits: below 2^63) as an int, else None.
+    ``str.isdigit`` alone takes "²" (int() refuses it) and 5,000 digits (int() refuses past 4,300)."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else None
+
+
+def finite_float(value: Any) -> float | None:
+    """A string (or number) as a finite float, else None: "1e999", "inf" and "nan" are strings float() takes
+    but no JSON number holds (a --fix writing them would write invalid JSON)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def is_number(value: Any) -> bool:
     """An int or a finite float, not a bool (ints are exact: no float conversion, which overflows)."""
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+
+
+def listing(items: list[str], most: int = 20) -> str:
+    """``items`` joined with ", ", at most ``most`` of them, then how many there are in all (a file with 80,000
+    "auto" values must not make an 80,000-name line)."""
+    shown = ", ".join(items[:most])
+    return shown if len(items) <= most else f"{shown}, ... ({len(items):,} in all)"
+

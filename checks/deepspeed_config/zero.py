@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .result import CheckContext, CheckResult
 from .rules import DS141, DS142, DS144, DS145
-from .values import MISSING, as_bool, is_auto, is_number, show
+from .values import MISSING, as_bool, digits_int, is_auto, is_number, show
 
 
 def zero_stage(config: dict) -> int | None:
@@ -19,8 +19,8 @@ def zero_stage(config: dict) -> int | None:
     stage = zero.get("stage", 0)
     if is_auto(stage):
         return 0
-    if isinstance(stage, str) and stage.strip().isdigit():
-        stage = int(stage)
+    if digits_int(stage) is not None:
+        stage = digits_int(stage)
     if isinstance(stage, float) and stage.is_integer():
         stage = int(stage)
     return stage if isinstance(stage, int) and not isinstance(stage, bool) and 0 <= stage <= 3 else None
@@ -92,12 +92,13 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                 value = (ctx.model.hidden_size ** 2) if ctx.model and ctx.model.hidden_size else None
             sizes.append(value if is_number(value) else None)
         if overlap and all(s is not None for s in sizes):
-            bucket_bytes = int(4.5 * (sizes[0] + sizes[1]) * 2)
+            # 4.5 x sum x 2 bytes, in integers: exact, and no OverflowError for 1e308 elements
+            bucket_bytes = 9 * (int(sizes[0]) + int(sizes[1]))
             gib = bucket_bytes / 2 ** 30
             budget = ctx.gpu.memory_bytes if ctx.gpu is not None and ctx.gpu.memory_bytes else None
-            evidence = (f"overlap_comm with reduce_bucket_size {sizes[0]:,.0f}{'' if given[0] else ' (default)'} + "
-                        f"allgather_bucket_size {sizes[1]:,.0f}{'' if given[1] else ' (default)'} elements: about "
-                        f"{gib:.1f} GiB per GPU (4.5 x sum x 2 bytes)")
+            evidence = (f"overlap_comm with reduce_bucket_size {_count(sizes[0])}{'' if given[0] else ' (default)'} "
+                        f"+ allgather_bucket_size {_count(sizes[1])}{'' if given[1] else ' (default)'} elements: "
+                        f"about {_count(gib, 1)} GiB per GPU (4.5 x sum x 2 bytes)")
             target = int(min(2e8, (ctx.model.hidden_size ** 2) if ctx.model and ctx.model.hidden_size else 2e8))
             fix = (f"Lower reduce_bucket_size and allgather_bucket_size to {target:,}"
                    + (f" (hidden_size^2 of {ctx.model.name}, what the HF Trainer's \"auto\" uses)"
@@ -106,7 +107,7 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             if max(sizes) <= target:
                 fix = 'Set "overlap_comm": false, or use a GPU with more memory.'
             if budget and bucket_bytes > 0.1 * budget:
-                out.add(DS144.finding(f"{evidence}, {100 * bucket_bytes / budget:.0f}% of {ctx.gpu.name}'s "
+                out.add(DS144.finding(f"{evidence}, {_count(100 * bucket_bytes / budget)}% of {ctx.gpu.name}'s "
                                       f"{budget / 2 ** 30:.0f} GiB", fix=fix))
                 for key, value in zip(("reduce_bucket_size", "allgather_bucket_size"), sizes):
                     if value > target:
@@ -115,3 +116,10 @@ def check_zero(config: dict, ctx: CheckContext, out: CheckResult) -> None:
             elif budget is None and gib >= 4:
                 out.add(DS144.finding(f"{evidence} (give --gpu to compare with its memory)", severity="info",
                                       fix=fix))
+
+
+def _count(value: float, decimals: int = 0) -> str:
+    """A count for the evidence: ``1,234,567`` (``decimals`` places), or ``1.23e+308`` past 10^15 (a bucket of
+    1e308 elements is not written out in 309 digits)."""
+    return f"{value:.3g}" if abs(value) >= 1e15 else f"{value:,.{decimals}f}"
+

@@ -112,28 +112,40 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         write_output(fix, json.dumps(fixed, indent=2, ensure_ascii=False) + "\n", "--fix")
         report.result["fixed_config"] = str(fix)
     report.tables.append(("effective values (after DeepSpeed's derivation and defaults)",
-                          ["key", "value", "came from"], effective_rows(result)))
+                          ["key", "value", "came from"], _cells(effective_rows(result))))
     if result.unfixed:
         report.tables.append(("--fix cannot choose these: write them yourself", ["path", "needs"],
-                              [[p, what] for p, what in result.unfixed]))
+                              _cells(_capped([[p, what] for p, what in result.unfixed]))))
     if result.changes:
         report.tables.append((f"--fix: changes{' written to ' + fix if fix else ' (give --fix OUT.json to write them)'}",
                               ["path", "now", "becomes", "rule", "why"],
-                              _capped([[_show(c["path"], 120).strip('"'), _show(c["old"]),
-                                        "(deleted)" if c["action"] == "delete" else _show(c["new"]), c["rule"],
-                                        (f"changes {c['changes_training']}: " if c["changes_training"] else "")
-                                        + c["why"]] for c in report.result["changes"]])))
+                              _cells(_capped([[_show(c["path"], 120).strip('"'), _show(c["old"]),
+                                               "(deleted)" if c["action"] == "delete" else _show(c["new"]),
+                                               c["rule"], (f"changes {c['changes_training']}: "
+                                                           if c["changes_training"] else "") + c["why"]]
+                                              for c in report.result["changes"][:51]],
+                                             total=len(report.result["changes"])))))
     if not any(f.severity in ("error", "warning") for f in report.findings):
         report.add(Finding("DS100", "ok", "config passes every check",
                            evidence=f"world size {ws}; batch {result.batch or 'not computed'}; {schema_note}"))
     return report
 
 
-def _capped(rows: list[list[str]], limit: int = 50) -> list[list[str]]:
-    """At most ``limit`` table rows; the JSON ``result`` keeps them all."""
-    if len(rows) <= limit:
+def _capped(rows: list[list[str]], limit: int = 50, total: int | None = None) -> list[list[str]]:
+    """At most ``limit`` table rows; the JSON ``result`` keeps them all. ``total``: how many rows there are when
+    ``rows`` holds only the first ones (built for ``limit + 1`` of them, not all 80,000)."""
+    total = len(rows) if total is None else total
+    if total <= limit:
         return rows
-    return rows[:limit] + [[f"... {len(rows) - limit:,} more (all in --json)"] + [""] * (len(rows[0]) - 1)]
+    return rows[:limit] + [[f"... {total - limit:,} more (all in --json)"] + [""] * (len(rows[0]) - 1)]
+
+
+def _cells(rows: list[list[str]]) -> list[list[str]]:
+    """Table cells as a terminal may show them: each cut at 300 characters and with its control characters
+    escaped (a key with a newline or an escape sequence stays on its row and cannot move the cursor)."""
+    from dsdoctor.checks.deepspeed_config.result import clean_text
+
+    return [[clean_text(str(cell), 300) for cell in row] for row in rows]
 
 
 def _show(value, limit: int = 200) -> str:
