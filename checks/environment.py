@@ -430,7 +430,7 @@ def ops_for_config(config: dict) -> list[str]:
     zero = config.get("zero_optimization") if isinstance(config.get("zero_optimization"), dict) else {}
     offload = zero.get("offload_optimizer") if isinstance(zero.get("offload_optimizer"), dict) else {}
     stage = zero.get("stage", 0)
-    stage = int(stage) if isinstance(stage, str) and stage.strip().isdigit() else stage  # DeepSpeed coerces "2"
+    stage = int(stage) if isinstance(stage, str) and stage.strip().isdecimal() else stage  # DeepSpeed coerces "2"
     cpu = offload.get("device") in ("cpu", "nvme") and isinstance(stage, int) and stage >= 1
     if name in ("adam", "adamw"):
         return [] if params.get("torch_adam") else ["CPUAdamBuilder" if cpu else "FusedAdamBuilder"]
@@ -731,7 +731,7 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
         visible = gpu.get("CUDA_VISIBLE_DEVICES")
         if visible and visible.strip():
             indices = [x.strip() for x in visible.split(",") if x.strip()]
-            missing = [x for x in indices if x.isdigit() and int(x) >= len(gpus)]
+            missing = [x for x in indices if x.isdecimal() and int(x) >= len(gpus)]
             if missing:
                 out.append(ENV314.finding(f"CUDA_VISIBLE_DEVICES={visible}; NVML sees {len(gpus)} GPU(s)"))
     if host is not None:

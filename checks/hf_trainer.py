@@ -104,7 +104,7 @@ def training_arguments(hf_args: dict, ctx, out) -> dict:
     args = {**defaults, **{k: v for k, v in hf_args.items() if v is not None}}
     version = installed_version("transformers") or (ctx.schema.get("training_arguments") or {}).get(
         "transformers_version", "")
-    major = int(version.split(".")[0]) if version and version.split(".")[0].isdigit() else 0
+    major = int(version.split(".")[0]) if version and version.split(".")[0].isdecimal() else 0
     for key, replacement in REMOVED_IN_5.items():
         if key in hf_args and major >= 5:
             out.add(HF205.finding(f"{key}: {hf_args[key]!r} with transformers {version}: TrainingArguments.__init__() "

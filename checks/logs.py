@@ -244,7 +244,7 @@ def _gib(text: str) -> float | None:
 def _int(text: str | None, digits: int = 18) -> int | None:
     """The number ``text`` when it has at most ``digits`` digits, else None: a number from a log is shown as text
     beyond that (Python refuses int() of 4,300+ digits, and no batch size or rank has 19)."""
-    return int(text) if text and len(text) <= digits and text.isdigit() else None
+    return int(text) if text and len(text) <= digits and text.isdecimal() else None
 
 
 def _shown_number(text: str) -> str:

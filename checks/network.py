@@ -445,7 +445,7 @@ def local_link(nproc: int, nodes: int = 1, interface: str | None = None) -> dict
     facts = nvml_facts() or {}
     gpus = facts.get("gpus") or []
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    if visible.strip() and all(v.strip().isdigit() for v in visible.split(",")):
+    if visible.strip() and all(v.strip().isdecimal() for v in visible.split(",")):
         gpus = [g for i in visible.split(",") for g in gpus if g["index"] == int(i)]
     ib = ib_bits_per_s() if os.environ.get("NCCL_IB_DISABLE", "").strip() != "1" else 0.0
     return link_between(gpus[:nproc], ib_bits_per_s=ib, nic_bits_per_s=nic_bits_per_s(interface), nodes=nodes)

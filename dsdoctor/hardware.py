@@ -227,7 +227,7 @@ def normalise(name: str) -> tuple[str, int | None]:
             memory = int(m.group(1))
             continue
         if word == "gb":
-            if kept and kept[-1].isdigit() and len(kept[-1]) <= 3:
+            if kept and kept[-1].isdecimal() and len(kept[-1]) <= 3:
                 memory = int(kept.pop())
             continue
         if word in _NOISE:
@@ -400,7 +400,7 @@ def visible_gpus() -> list[Gpu]:
             pass
     if visible is not None:
         wanted = [v.strip() for v in visible.split(",")]
-        if all(v.isdigit() for v in wanted):
+        if all(v.isdecimal() for v in wanted):
             gpus = [gpus[int(v)] for v in wanted if int(v) < len(gpus)]
     return gpus
 

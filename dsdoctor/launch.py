@@ -84,7 +84,7 @@ def tie_to_supervisor(poll_s: float = 1.0) -> None:
     die_with_parent()
     tag = os.environ.get(SUPERVISOR, "")
     pid, _, started = tag.partition(":")
-    if not pid.isdigit():
+    if not pid.isdecimal():
         return
 
     def watch() -> None:

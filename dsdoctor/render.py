@@ -16,10 +16,13 @@ STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"
 
 
 def _cell(key: str, value: Any) -> str:
-    """One value as read by a person: bytes (keys ending in ``_bytes``) in GiB (2^30), the rest as is."""
+    """One value as read by a person: bytes (keys ending in ``_bytes``) in GiB (2^30), the rest as is, with control
+    characters escaped (a path or key from the user's files must not move the cursor or change colours)."""
     if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value / 2**30:.2f} GiB"
-    return str(value)
+    from dsdoctor.cli import one_line
+
+    return one_line(str(value))
 
 
 def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:

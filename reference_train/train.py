@@ -358,7 +358,7 @@ def _nvml_handle(device: torch.device):
 def _physical_gpu_index(index: int) -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     ids = [v.strip() for v in visible.split(",") if v.strip()]
-    return int(ids[index]) if index < len(ids) and ids[index].isdigit() else index
+    return int(ids[index]) if index < len(ids) and ids[index].isdecimal() else index
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ def test_wheel_has_schemas_assets_and_the_remapped_packages(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = next(tmp_path.glob("dsdoctor-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("dsdoctor/schemas/deepspeed-0.19.8.json", "dsdoctor/checks/deepspeed_config.py",
+    for needed in ("dsdoctor/schemas/deepspeed-0.19.8.json", "dsdoctor/checks/deepspeed_config/__init__.py",
                    "dsdoctor/checks/hf_trainer.py", "dsdoctor/commands/check.py",
                    "dsdoctor/reference_train/train.py", "dsdoctor/reference_train/assets/tiny-model/config.json",
                    "dsdoctor/reference_train/assets/data/sft.jsonl"):

@@ -101,7 +101,7 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             number = stage
         elif isinstance(stage, float) and stage.is_integer():
             number = int(stage)
-        elif isinstance(stage, str) and stage.strip().isdigit() and len(stage) < 6:
+        elif isinstance(stage, str) and stage.strip().isdecimal() and len(stage) < 6:
             number = int(stage)
         if number is None or not 0 <= number <= 3:
             raise bad("zero_optimization.stage", stage)

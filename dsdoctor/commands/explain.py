@@ -275,7 +275,7 @@ def rank_of_file(path: str) -> int | None:
     found = FILE_RANK.search(p.name)
     if found:
         return int(found.group(1))
-    if p.name in ("stdout.log", "stderr.log") and p.parent.name.isdigit() and len(p.parent.name) <= 6:
+    if p.name in ("stdout.log", "stderr.log") and p.parent.name.isdecimal() and len(p.parent.name) <= 6:
         return int(p.parent.name)
     return None
 
