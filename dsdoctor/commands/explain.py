@@ -16,7 +16,6 @@ JSON) is recognised and answered with the path of the run's own log.
 from __future__ import annotations
 
 import codecs
-import heapq
 import json
 import os
 import re
@@ -280,41 +279,6 @@ def rank_of_file(path: str) -> int | None:
     return None
 
 
-def merge(streams: list[list]) -> list:
-    """The lines of several files in one list: in the order of their timestamps when every file has one (lines
-    without one take the latest before them, or the first after them at a file's start; a file never goes back in
-    time; equal times keep each file's lines together), else one file after the other in rank order."""
-    from dsdoctor.checks.logs import clock
-
-    if len(streams) == 1:
-        return streams[0]
-    keyed = []
-    for lines in streams:
-        times = []
-        last = None
-        for line in lines[:200000]:
-            last = clock(line.text)
-            if last is not None:
-                break
-        if last is None:
-            keyed = None
-            break
-        for line in lines:
-            now = clock(line.text)
-            if now is not None and now > last:  # never back in time within a file (lines of other formats)
-                last = now
-            times.append(last)
-        keyed.append(times)
-    if keyed is None:
-        order = sorted(range(len(streams)), key=lambda i: (streams[i][0].rank is None if streams[i] else True,
-                                                          streams[i][0].rank or 0 if streams[i] else 0, i))
-        return [line for i in order for line in streams[i]]
-    def keys(i: int):  # (time, file, line number): never compares two lines
-        return ((t, i, n, line) for n, (t, line) in enumerate(zip(keyed[i], streams[i])))
-
-    return [item[3] for item in heapq.merge(*(keys(i) for i in range(len(streams))))]
-
-
 # --- a dsdoctor report instead of a log -------------------------------------------------------------------------------
 
 COMMANDS = ("check", "env", "estimate", "explain", "nccl", "rules", "smoke")
@@ -467,7 +431,7 @@ def _report_error(name: str, report: dict) -> DsdoctorError:
 def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
     """The body of ``dsdoctor explain``: ``sources`` are paths (or one '-' for stdin), each read within its share of
     :data:`MAX_TOTAL_BYTES`; one log, or one file per rank merged by their timestamps."""
-    from dsdoctor.checks.logs import LOG800, explain as explain_text, read_lines
+    from dsdoctor.checks.logs import LOG800, explain as explain_text, merge, read_lines
     from dsdoctor.files import shown
 
     sources = [sources] if isinstance(sources, str) else list(sources)

@@ -1,0 +1,49 @@
+"""Failed-run logs (``dsdoctor explain``, and ``smoke`` on its own failed runs): the first real failure in a log of
+interleaved ranks, named with the rule ID of the preflight check that would have caught it (``LOG8xx`` where no
+preflight check can).
+
+A log is read line by line: ANSI colours are removed, and a rank prefix is recognised and set aside (torchrun's
+``[rank3]:`` and ``[default3]:``, srun's ``3:``, pdsh's ``host:`` from the deepspeed multi-node launcher). Each
+:class:`Signature` is a pattern of one failure, with a cheap substring test in front of its regular expression (a
+10,000-line log is read in well under a second). The *first real failure* is the earliest line that matches a
+signature which is not a consequence of another failure: a rank killed by a signal, a connection reset by a peer that
+died, a launcher's "exits with return code" summary and torchrun's ``ChildFailedError`` come after the cause; they are
+the cause only when nothing else was found. A run stopped from outside (a signal: Ctrl-C, a timeout, the scheduler)
+says so, with what its ranks were doing when the signal came (an op build that never finished: ENV329).
+
+Every pattern is bounded (no unbounded repetition that can backtrack over a long run of digits, dots or letters: a
+lookbehind anchors a leading number, gaps are ``.{0,N}``), and each line is matched on at most :data:`LINE_CHARS`
+characters, so that a hostile or broken log is read in linear time. Numbers from a log are never trusted with memory:
+ranks have at most 6 digits, a world size is used only up to :data:`MAX_WORLD`, a longer number is shown as text.
+
+The package is split by concern: ``rules`` (the LOG8xx declarations), ``lines`` (reading and normalising lines: rank
+prefixes, colours, long lines, timestamps, progress; several files merged in time order), ``signatures`` (the table
+of known failures and their describers, the generic Python error) and ``findings`` (the scan, the first real failure
+and its cascade, the build a stopped run hung in, the findings). Everything public is re-exported here; a limit
+(:data:`LINE_CHARS`, :data:`MAX_MATCHES`, ...) is read in the module that defines it.
+"""
+
+from __future__ import annotations
+
+from .findings import (BUILD_DONE, BUILD_ROOT, BUILD_SIGNATURE, BUILD_STEP, C10D_WARNING, CASCADE, CONTINUES, ERRORISH,
+                       FINISHED, MAX_MATCHES, MAX_PER_SIGNATURE, PYTHON_VERSION, SURVIVAL_LINES, TRACEBACK_HEADER,
+                       build_in_flight, explain, explained, failures, finished, pitfall_findings, scan, survived)
+from .lines import ANSI, CLOCK, HOST_FOLLOWER, LINE_CHARS, PREFIX, PROGRESS, Line, clock, merge, read_lines
+from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG807
+from .signatures import (ARCH_LIST, COMPILER_ERROR, DS_SETTING, EXCEPTION_NAME, GIB, LAUNCHER, MAX_WORLD, NCCL_USING,
+                         NEEDLES, NO_MODULE, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED,
+                         PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, STORE_RETRY,
+                         WORLD_SIZE, Match, Signature)
+
+__all__ = [
+    "LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807",
+    "Line", "Match", "Signature", "SIGNATURES", "BUILD_SIGNATURE", "PYTHON_ERROR_SIGNATURE",
+    "build_in_flight", "clock", "explain", "explained", "failures", "finished", "merge", "pitfall_findings",
+    "read_lines", "scan", "survived",
+    "LINE_CHARS", "MAX_MATCHES", "MAX_PER_SIGNATURE", "MAX_WORLD", "SURVIVAL_LINES", "TRACEBACK_HEADER",
+    "SIGNAL_HOW", "SIGNAL_NAMES", "SIZE", "EXCEPTION_NAME",
+    "ANSI", "ARCH_LIST", "BUILD_DONE", "BUILD_ROOT", "BUILD_STEP", "C10D_WARNING", "CASCADE", "CLOCK",
+    "COMPILER_ERROR", "CONTINUES", "DS_SETTING", "ERRORISH", "FINISHED", "GIB", "HOST_FOLLOWER", "LAUNCHER",
+    "NCCL_USING", "NEEDLES", "NO_MODULE", "OOM_ALLOCATED", "OOM_FREE", "OOM_GPU", "OOM_RESERVED", "OOM_TOTAL",
+    "OOM_TRIED", "PREFIX", "PROGRESS", "PYTHON_ERROR", "PYTHON_VERSION", "STORE_RETRY", "WORLD_SIZE",
+]

@@ -1,0 +1,365 @@
+"""From a log to findings: :func:`scan` finds every signature (and every unnamed Python error) in line order,
+:func:`failures` picks the first real failure (not a consequence of another, not a handled error that the rank
+survived, not explained by a known failure in its own traceback) and the cascade after it, :func:`build_in_flight`
+finds the JIT op build a stopped run hung in (ENV329), and :func:`explain` turns them into findings;
+:func:`pitfall_findings` is ``smoke``'s view of its own failed run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from dsdoctor.report import Finding
+from dsdoctor.rules import Rule, catalogue
+
+from .lines import PROGRESS, Line, read_lines
+from .rules import LOG800, LOG805, LOG807
+from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
+                         _int, _signal_of, _silence, _where)
+
+#: Lines that look like errors, for LOG800's evidence.
+ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|timed? ?out", re.I)
+#: matches kept per log (the earliest), and per signature: bounds the work on a log of a million distinct ranks
+MAX_MATCHES = 400
+MAX_PER_SIGNATURE = 64
+#: Consequences of another rank's failure (never the first real failure when something else is found): a peer's
+#: connection gone, the launcher's signals and summaries, an aborted communicator.
+CASCADE = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|SIGTERM|Signal 15|"
+                     r"ChildFailedError|exits with return code = -15|Killing subprocess|remote worker crash|"
+                     r"communicator was aborted|KeyboardInterrupt|NCCL communicator|DistBackendError", re.I)
+#: torch's c10d warnings ("[W socket.cpp:464] ...", "[W601 10:00:00.000 socket.cpp:697] ..."): the store's retries
+#: while the master starts, an IPv6 bind that falls back to IPv4; never the failure itself.
+C10D_WARNING = re.compile(r"\[W[\d :.]{0,40}\w{1,60}\.cpp:\d{1,6}\]")
+
+
+def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tuple[list[Match], list[Line]]:
+    """Every signature match in ``text`` (a log, or its lines from :func:`read_lines`/:func:`merge`), in line order
+    (one per signature and rank, the earliest; at most :data:`MAX_PER_SIGNATURE` ranks per signature and
+    :data:`MAX_MATCHES` in all), and the lines. A Python exception that no signature knows (the last line of a
+    traceback: ``KeyError: 'input_ids'``) is a ``python-error`` match (LOG805) of its rank, when it is not a
+    consequence of another rank's failure.
+
+    Raises nothing: any text is a log (binary data is the caller's to refuse)."""
+    lines = read_lines(text, skipped) if isinstance(text, str) else text
+    matches: list[Match] = []
+    seen: set[tuple[str, int | None]] = set()
+    per_signature: dict[str, int] = {}
+    in_traceback: dict[int | None, bool] = {}  # per rank: a "Traceback" line came, its exception line not yet
+    after_file_line: dict[int | None, bool] = {}  # per rank: the previous line was a traceback's "File ..." line
+    ignored_next: dict[int | None, bool] = {}  # per rank: "Exception ignored in ...": the next traceback is harmless
+
+    def add(signature: Signature, line: Line, found: re.Match, index: int) -> None:
+        # one per rank: the line's, else the one a launcher's line names ("--local_rank=1'] exits with ...")
+        key = (signature.name, line.rank if line.rank is not None else _named_rank(found))
+        if key not in seen and per_signature.get(signature.name, 0) < MAX_PER_SIGNATURE:
+            seen.add(key)
+            per_signature[signature.name] = per_signature.get(signature.name, 0) + 1
+            matches.append(Match(signature, line, found, index))
+
+    for index, line in enumerate(lines):
+        text_line = line.text
+        stripped = text_line.lstrip()
+        quoted = (after_file_line.get(line.rank, False) and text_line[:1].isspace()) or \
+            stripped.startswith(("raise ", "File \""))
+        after_file_line[line.rank] = stripped.startswith("File \"")
+        if stripped.startswith("Exception ignored in"):  # at interpreter exit (a __del__): the run's outcome stands
+            ignored_next[line.rank] = True
+            continue
+        if "Traceback (most recent call last)" in text_line:  # also glued to a progress bar's last state
+            in_traceback[line.rank] = not ignored_next.pop(line.rank, False)
+            continue
+        if len(text_line) < 6 or quoted:
+            continue  # a traceback's source lines quote code (and errors); the exception line itself follows
+        needle = NEEDLES.search(text_line) if not C10D_WARNING.match(text_line) else None
+        exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line or
+                                                     "StopIteration" in text_line) and PYTHON_ERROR.match(stripped)
+        if exception:
+            in_traceback[line.rank] = False
+        if not needle and not exception:
+            continue  # most lines of a log: one C-level search over every signature's needles
+        known = False
+        for signature in SIGNATURES if needle else ():
+            if signature.needles_present(text_line):
+                found = signature.pattern.search(text_line)
+                if found is None:
+                    continue
+                known = True
+                add(signature, line, found, index)
+        if exception and not known and not CASCADE.search(text_line):
+            add(PYTHON_ERROR_SIGNATURE, line, exception, index)
+        if len(matches) >= MAX_MATCHES:
+            break
+    return matches, lines
+
+
+#: A traceback's own lines after its exception line: its message continued (tab-indented, as state_dict's size
+#: mismatches), a chained exception, and the next traceback's frames.
+CONTINUES = re.compile(r"^(?:\s|$)|^The above exception was the direct cause|^During handling of the above exception|"
+                       r"^Traceback \(most recent call last\)|^" + EXCEPTION_NAME + r"\b")
+#: how far after an error's block :func:`survived` looks for progress of its rank
+SURVIVAL_LINES = 5000
+
+
+def _block_end(match: Match, lines: list[Line]) -> int:
+    """The index of the last line of ``match``'s exception block (its own rank's lines; any line without ranks)."""
+    end = match.line_index
+    for index in range(match.line_index + 1, min(len(lines), match.line_index + 400)):
+        line = lines[index]
+        if match.line.rank is not None and line.rank not in (match.line.rank, None):
+            continue
+        if not CONTINUES.match(line.text) or PROGRESS.search(line.text):
+            break
+        end = index
+    return end
+
+
+def explained(match: Match, matches: list[Match], lines: list[Line]) -> bool:
+    """Whether ``match`` is a generic Python error whose own block (the message continued, a chained exception)
+    holds a known failure of its rank: that failure says it better."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE:
+        return False
+    end = _block_end(match, lines)
+    return any(k.signature is not PYTHON_ERROR_SIGNATURE and k.line.rank == match.line.rank
+               and match.line_index < k.line_index <= end for k in matches)
+
+
+def survived(match: Match, lines: list[Line]) -> bool:
+    """Whether the rank of a generic Python error went on training after it (a handled exception, logged by a data
+    loader that skips the sample): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE:
+        return False
+    count = 0
+    end = _block_end(match, lines) + 1
+    for line in lines[end:end + SURVIVAL_LINES]:
+        if (match.line.rank is None or line.rank in (match.line.rank, None)) and PROGRESS.search(line.text):
+            count += 1
+            if count >= 2:
+                return True
+    return False
+
+
+def failures(matches: list[Match], lines: list[Line]) -> tuple[Match | None, list[Match]]:
+    """(the first real failure, the other failures in line order). Survived errors are no failure at all and
+    explained ones are their known failure's; the first is the earliest match that is neither a consequence of
+    another failure nor explained, else the earliest remaining match. A stop from outside (``stopped``) ends what
+    can be a cause: what comes after it (ranks killed, errors of ranks shutting down) follows from it and is not
+    reported, and the stop is the first failure when nothing came before it."""
+    live = [m for m in matches if not survived(m, lines)]
+    kept = [m for m in live if not explained(m, matches, lines)]
+    stop = next((m for m in kept if m.signature.name == "stopped"), None)
+    if stop is None:
+        primary = [m for m in kept if not m.signature.consequence]
+        first = (primary or live or [None])[0]
+    else:
+        before = [m for m in kept if m.line_index < stop.line_index]
+        primary = [m for m in before if not m.signature.consequence]
+        first = (primary or before or [stop])[0]
+        kept = before + [stop]  # what came after the stop is the run shutting down
+    return first, [m for m in kept if m is not first]
+
+
+#: A run that ended well says so in its last lines: DeepSpeed's launcher per rank, the Trainer's summary.
+FINISHED = re.compile(r"exits successfully|'train_runtime':|\bTraining completed\b")
+
+
+def finished(lines: list[Line], matches: list[Match]) -> bool:
+    """Whether the run ended well: a success line among the last 30, and no rank failing after it."""
+    tail = [i for i in range(max(0, len(lines) - 30), len(lines)) if FINISHED.search(lines[i].text)]
+    if not tail:
+        return False
+    return not any(m.signature.name in ("rank-exit", "host-oom-kill") and m.line_index > tail[0] for m in matches)
+
+
+# --- a stopped run that hung in a JIT op build (ENV329) ------------------------------------------------------------
+
+#: torch's JIT builder (torch/utils/cpp_extension.py _get_build_directory, _jit_compile, _write_ninja_file_and_build_
+#: library) and DeepSpeed's op builder (deepspeed/ops/op_builder/builder.py jit_load; comm/torch.py build_shm_op)
+BUILD_ROOT = re.compile(r"Using (\S{1,500}) as PyTorch extensions root\.\.\.")
+BUILD_STEP = re.compile(r"Creating extension directory (?P<dir>\S{1,500})\.\.\.|Emitting ninja build file "
+                        r"(?P<file>\S{1,500})\.\.\.|Building extension module (?P<op>\w{1,100})\.\.\.")
+BUILD_DONE = re.compile(r"Loading extension module \w{1,100}\.\.\.|Time to load \w{1,100} op:|"
+                        r"DeepSpeed deepspeed\.ops\.[\w.]{1,100} built successfully")
+PYTHON_VERSION = re.compile(r"/python3\.(\d{1,2})/")
+
+
+def build_in_flight(lines: list[Line], stop_index: int) -> dict | None:
+    """The JIT op build that had started and not finished when the run was stopped at ``lines[stop_index]``, or None.
+
+    torch prints 'Using ROOT as PyTorch extensions root...' when a build (or the wait for another process's build
+    lock) starts, 'Creating extension directory', 'Emitting ninja build file' and 'Building extension module OP' while
+    building, and 'Loading extension module OP...' when done (verbose builds); DeepSpeed prints 'Time to load OP op'
+    and, for the CPU accelerator's shm comm op, 'DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built
+    successfully'. More starts than ends before the stop: a build in flight. Without verbose build lines (DeepSpeed
+    0.19 loads its ops with verbose=False): a run on DeepSpeed's CPU accelerator that never printed its shm op's
+    line, nor anything of init_distributed or training after it, was in that build or before it (``inferred``).
+
+    Returns {'index': the index in ``lines`` where it started, 'op': name or None, 'root': the extensions root or
+    None, 'lock': the lock path, as a shell word where the log does not name it (torch's root is TORCH_EXTENSIONS_DIR
+    itself when set, else ~/.cache/torch_extensions/py3X_<device>: cpp_extension.py _get_build_directory; ``*`` for
+    an op it does not name), 'inferred': bool}."""
+    pending, start, op, root = 0, None, None, None
+    cpu, shm_done, later = None, False, False
+    for index, line in enumerate(lines[:stop_index]):
+        text = line.text
+        if "PyTorch extensions root" in text and BUILD_ROOT.search(text):
+            pending += 1
+            start, op, root = index, None, BUILD_ROOT.search(text).group(1)
+        elif pending and ("extension" in text or "ninja" in text) and BUILD_STEP.search(text):
+            step = BUILD_STEP.search(text)
+            folder = step.group("dir") or (step.group("file").rsplit("/", 1)[0] if step.group("file") else None)
+            if folder:
+                root, op = folder.rsplit("/", 1) if "/" in folder else (root, folder)
+            op = step.group("op") or op
+        elif ("Loading extension" in text or "Time to load" in text or "built successfully" in text) and \
+                BUILD_DONE.search(text):
+            pending = max(0, pending - 1)
+            shm_done = shm_done or "shm_comm" in text
+        if "Setting accelerator to CPU" in text or "Setting ds_accelerator to cpu" in text:
+            cpu = index  # the last rank's
+        elif "Initializing TorchBackend" in text or PROGRESS.search(text):
+            later = True
+    version = next((m.group(1) for m in (PYTHON_VERSION.search(ln.text) for ln in lines[:4000] if "/python3." in
+                                          ln.text) if m), None)
+    default_root = f"${{TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions/py3{version or 'X'}_" \
+                   f"{'cpu' if cpu is not None else '<device>'}}}"
+    if pending and start is not None:
+        return {"index": start, "op": op, "root": root, "inferred": False,
+                "lock": f"{root or default_root}/{op or '*'}/lock"}
+    if cpu is not None and not shm_done and not later:
+        return {"index": cpu, "op": "deepspeed_shm_comm", "root": None, "inferred": True,
+                "lock": f"{default_root}/deepspeed_shm_comm/lock"}
+    return None
+
+
+def _describe_build(match: Match, lines: list[Line]) -> tuple[str, str]:
+    build, stop = match.info, match.info["stop"]
+    _, name = _signal_of(stop)
+    when = (f"{_silence(match.line, lines, stop.line_index)[2:-1] or 'before the stop'} ({stop.line.at}, "
+            f"{name or 'a stop'})")
+    if build["inferred"]:
+        evidence = (f"the ranks' last output is DeepSpeed's start-up on its CPU accelerator, {when}; on that "
+                    f"accelerator deepspeed.init_distributed() first JIT-builds the shm comm op deepspeed_shm_comm, "
+                    f"and its 'deepspeed_shm_comm_op built successfully' line never came: the ranks were in that "
+                    f"build or waiting on its lock (or stuck before it); lock: {build['lock']}")
+    else:
+        evidence = (f"a JIT op build{' of ' + build['op'] if build['op'] else ''} started "
+                    f"({match.line.text.strip()[:200]}) and had not finished (no 'Loading extension module' after "
+                    f"it) {when}; lock: {build['lock']}")
+    lock = build["lock"]
+    fix = (f"Inconclusive between a stale build lock and a build still running: a log alone cannot tell them apart. "
+           f"Check: `ls -l {lock}` and `dsdoctor env`. A lock that no running build holds (no ninja, c++ or nvcc in "
+           f"`ps -ef`) is stale: `rm {lock}`, then run again (the op is rebuilt once). A build still running finishes "
+           f"on its own: give the run more time.")
+    return _where(match) + evidence, fix
+
+
+BUILD_SIGNATURE = Signature("build-in-flight", "ENV329", (), BUILD_ROOT, _describe_build)
+
+
+def _named_rank(found: re.Match | None) -> int | None:
+    """The rank a match's own groups name (``rank``, ``rank2``, ``rank3``: a launcher's line about a rank)."""
+    g = found.groupdict() if found is not None else {}
+    return _int(next((g[k] for k in ("rank", "rank2", "rank3") if g.get(k)), None), 6)
+
+
+def _claims_no_error(match: Match, matches: list[Match], lines: list[Line]) -> bool:
+    """Whether ``match`` says a rank failed with no error of its own (LOG806, MEM504) while that rank's own error is
+    in the log (or, in a log without rank prefixes, any error is): the statement would contradict the finding that
+    names that error."""
+    if match.signature.name not in ("rank-exit", "host-oom-kill"):
+        return False
+    rank = _named_rank(match.groups)
+    ranked = any(ln.rank is not None for ln in lines)
+    own = [m for m in matches if not m.signature.consequence and m.signature.name != "stopped"
+           and not survived(m, lines)]
+    if not ranked:
+        return bool(own)
+    return rank is not None and any(m.line.rank == rank for m in own)
+
+
+TRACEBACK_HEADER = "Traceback (most recent call last)"
+
+
+def _quoted(evidence: str) -> str:
+    """Evidence quoting the log, with a traceback's header (a spliced or glued line can carry one) shortened: what
+    dsdoctor prints never looks like a traceback of its own."""
+    return evidence.replace(TRACEBACK_HEADER, "Traceback (...)") if TRACEBACK_HEADER in evidence else evidence
+
+
+def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tuple[list[Finding], dict]:
+    """Findings for the log ``text`` (or its lines, from :func:`read_lines` or :func:`merge`): the first real
+    failure (its rule's ID, severity and title; the evidence from the log with its line number and rank; the fix,
+    and the preflight command that would have caught it), then any other distinct failure as ``info``; or LOG800
+    with the last error-looking lines. A run stopped from outside while a JIT op build had not finished is ENV329
+    (inconclusive between a stale lock and a running build), then LOG807. Also a result dict (``lines``,
+    ``ranks``, ``first_failure``, ``matches``, ``skipped_lines``). ``skipped``: see :func:`read_lines`."""
+    rules = catalogue()
+    matches, lines = scan(text, skipped)
+    ranks = sorted({ln.rank for ln in lines if ln.rank is not None})
+    result = {"lines": len(lines) + (skipped[1] if skipped else 0),
+              "ranks": ranks if len(ranks) <= 64 else ranks[:64] + [f"... {len(ranks) - 64} more"],
+              "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
+    first, others = failures(matches, lines)
+    if first is None:
+        tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
+                and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
+        shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
+        result.update(first_failure=None, matches=[])
+        return [LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
+                                       f"{shown}"))], result
+    if first.signature.name == "stopped":
+        build = build_in_flight(lines, first.line_index)
+        if build:
+            first, others = Match(BUILD_SIGNATURE, lines[build["index"]], None, build["index"],
+                                  {**build, "stop": first}), [first] + others
+    findings = []
+    reported: set[str] = set()
+    for match in [first] + others:
+        if match is not first and _claims_no_error(match, matches, lines):
+            continue
+        if match is not first and match.signature.name == "stopped" and first.signature is not BUILD_SIGNATURE:
+            match = replace(match, info={"after": first})  # stopped after a failure of its own: say so
+        evidence, fix = match.signature.describe(match, lines)
+        target: Rule = rules[match.signature.rule_id]
+        if target.id in reported:
+            continue
+        reported.add(target.id)
+        where = f"{match.line.at}: "
+        fix = fix or target.fix
+        if match.signature.caught_by and "`dsdoctor" not in fix:
+            fix += f" Before launch: `{match.signature.caught_by}`."
+        if match is first:  # what ended the run (whatever the rule's preflight severity), unless the run finished
+            ended = not finished(lines, matches) or first.signature.spoils
+            result["finished"] = not ended
+            title = target.title
+            if match.signature is BUILD_SIGNATURE:
+                title = "the run hung in a JIT op build: a stale build lock or a build still running (inconclusive)"
+            findings.append(target.finding(_quoted(where + evidence), severity="error" if ended else "warning", fix=fix,
+                                           title=title if ended else f"the run finished, but: {target.title}"))
+        else:
+            title = "the run was stopped from outside (a signal)" if target.id == LOG807.id else target.title
+            findings.append(target.finding(_quoted(where + evidence), severity="info", title=f"later: {title}",
+                                           fix=fix))
+        if len(findings) >= 6:
+            break
+    result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,
+                               "line": first.line.number, "rank": first.line.rank}
+    if first.line.source:
+        result["first_failure"]["file"] = first.line.source
+    result["matches"] = [{"rule": m.signature.rule_id, "signature": m.signature.name, "line": m.line.number,
+                          "rank": m.line.rank, **({"file": m.line.source} if m.line.source else {})}
+                         for m in matches[:50]]
+    return findings, result
+
+
+def pitfall_findings(text: str, already: set[str] = frozenset()) -> list[Finding]:
+    """The named pitfall of a failed run's output (``smoke`` on its own runs): :func:`explain`'s first finding, as
+    an error, unless nothing was recognised (LOG800), it is an unnamed Python error (LOG805: smoke's TRN607 already
+    gives it), the run being stopped (LOG807: smoke stopped it, and says why), or its rule is among ``already``
+    reported."""
+    findings, _ = explain(text)
+    first = findings[0]
+    if first.id in (LOG800.id, LOG805.id, LOG807.id) or first.id in already:  # nothing named: smoke's own TRN6xx say it
+        return []
+    return [first]

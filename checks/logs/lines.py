@@ -1,0 +1,145 @@
+"""A log's lines: split at newlines (a ``\\r`` progress bar kept as its last state), capped at :data:`LINE_CHARS`,
+colours removed, rank prefixes recognised and set aside; the timestamp at a line's start (:func:`clock`), training
+progress (:data:`PROGRESS`), and several files' lines merged in time order (:func:`merge`).
+
+Rank prefixes: torchrun's ``[rank3]:`` and ``[default3]:`` (``--tee``, accelerate), srun's ``3:`` (``--label``),
+pdsh's ``host:`` from the deepspeed multi-node launcher (only where a timestamp or a tag follows it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from dataclasses import dataclass
+
+#: colours and cursor moves (CSI) and terminal titles (OSC, ended by BEL or ST); bounded, so an unterminated
+#: sequence costs its own length only
+ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b\n]{0,256}(?:\x07|\x1b\\)")
+#: rank prefixes: torchrun --tee / accelerate ("[rank3]:", "[default3]:"), srun --label ("3: "), pdsh ("host: ");
+#: a rank has at most 6 digits (a longer number is text, not a rank)
+PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d{1,6})\]:\s?|(?P<r2>\d{1,4}):\s|"
+                    r"(?P<host>[A-Za-z][\w.-]{0,62}):\s)")
+#: what a line is matched on: at most this many characters (the head and the tail of a longer line)
+LINE_CHARS = 8192
+
+
+@dataclass
+class Line:
+    """One log line: its number (1-based, in its file), the rank it came from (None when unknown), its text without
+    the prefix and colours (at most :data:`LINE_CHARS` characters), and the file it came from when several files are
+    read (``source``: the name shown in evidence; None for one log)."""
+
+    __slots__ = ("number", "rank", "text", "source")  # a million of them for a huge log: no __dict__ each
+    number: int
+    rank: int | None
+    text: str
+    source: str | None
+
+    @property
+    def at(self) -> str:
+        """'line N' or 'FILE line N': where the line is, for evidence."""
+        return f"{self.source} line {self.number}" if self.source else f"line {self.number}"
+
+
+def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | None = None,
+               source: str | None = None) -> list[Line]:
+    """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress
+    bar is one line, kept as its last state), colours and rank prefixes removed (a host prefix before a rank prefix,
+    ``node0: [rank3]:``, too). ``skipped`` = (after line, count): that many lines were left out after that line (the
+    middle of a huge log), and the numbers after it count them. ``rank``: the rank of lines without a rank prefix
+    (a per-rank file's rank, from its name); ``source``: set on every line (several files). A line longer than
+    :data:`LINE_CHARS` keeps its head and tail."""
+    lines = []
+    after, count = skipped or (0, 0)
+    hosts: set[str] = set()  # pdsh host prefixes seen on lines that proved them (a timestamp after them)
+    half = LINE_CHARS // 2
+    for number, raw in enumerate(text.split("\n"), 1):
+        if "\r" in raw:
+            raw = raw.rstrip("\r")
+            raw = raw.rsplit("\r", 1)[-1] or raw.replace("\r", "")
+        if len(raw) > LINE_CHARS:
+            raw = raw[:half] + " \u2026 " + raw[-half:]
+        if "\x1b" in raw:
+            raw = ANSI.sub("", raw)
+        line_rank = rank
+        for _ in range(2):
+            found = PREFIX.match(raw)
+            host = found.group("host") if found else None
+            if host and (host in hosts or _host_prefix(found, raw)):
+                hosts.add(host)
+            elif not (found and (found.group("r1") or found.group("r2"))):
+                break
+            if found.group("r1") or found.group("r2"):
+                line_rank = int(found.group("r1") or found.group("r2"))
+            raw = raw[found.end():]
+        lines.append(Line(number + (count if skipped and number > after else 0), line_rank, raw, source))
+    if lines and not lines[-1].text:
+        lines.pop()  # the final newline
+    return lines
+
+
+def _host_prefix(found: re.Match, raw: str) -> bool:
+    """A pdsh ``host: `` prefix, not a Python ``ValueError: ...`` line or a ``key: value`` log line: hosts have no
+    upper-case letters at the start and are followed by a timestamp or a bracketed tag, as DeepSpeed's launcher
+    prints them."""
+    host = found.group("host") or ""
+    rest = raw[found.end():]
+    return bool(host) and host[0].islower() and not host.endswith(("Error", "Exception")) and \
+        bool(HOST_FOLLOWER.match(rest))
+
+
+#: what follows a pdsh host prefix: a timestamp, a rank prefix, a traceback or an exception line
+HOST_FOLLOWER = re.compile(r"\[\d{4}-\d\d-\d\d|\[(?:rank|default)\d{1,6}\]|\d{4}-\d\d-\d\d|Traceback|"
+                           r"\w{1,80}?(?:Error|Exception):")
+
+
+#: Lines that show a rank still training after an error (a handled exception): progress bars, step logs, losses.
+PROGRESS = re.compile(r"(?<!\d)\d{1,3}%\||'loss': \d|\bstep[= ]\d|(?<![\d.])\d{1,8}(?:\.\d{1,4})?(?:it/s|s/it)\]")
+#: a timestamp: DeepSpeed's and Python logging's '2024-01-01 10:00:00,000', glog's (torch's C++ and torchrun's)
+#: 'W1201 08:39:16.920000'
+CLOCK = re.compile(r"(?<!\d)(?:\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[ T]|[IWEF](?P<gmo>\d\d)(?P<gd>\d\d) )"
+                   r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?")
+
+
+def clock(text: str) -> float | None:
+    """Seconds since the start of the month of a timestamp at the start of ``text`` (its first 80 characters), or
+    None: enough to order lines and to measure a silence (no year in glog's format)."""
+    found = CLOCK.search(text[:80])
+    if not found:
+        return None
+    g = found.groupdict()
+    day = int(g["d"] or g["gd"]) + 31 * int(g["mo"] or g["gmo"])
+    return day * 86400 + int(g["h"]) * 3600 + int(g["mi"]) * 60 + int(g["s"]) + float("0." + (g["f"] or "0"))
+
+
+def merge(streams: list[list[Line]]) -> list[Line]:
+    """The lines of several files in one list: in the order of their timestamps when every file has one (lines
+    without one take the latest before them, or the first after them at a file's start; a file never goes back in
+    time; equal times keep each file's lines together), else one file after the other in rank order."""
+    if len(streams) == 1:
+        return streams[0]
+    keyed = []
+    for lines in streams:
+        times = []
+        last = None
+        for line in lines[:200000]:
+            last = clock(line.text)
+            if last is not None:
+                break
+        if last is None:
+            keyed = None
+            break
+        for line in lines:
+            now = clock(line.text)
+            if now is not None and now > last:  # never back in time within a file (lines of other formats)
+                last = now
+            times.append(last)
+        keyed.append(times)
+    if keyed is None:
+        order = sorted(range(len(streams)), key=lambda i: (streams[i][0].rank is None if streams[i] else True,
+                                                          streams[i][0].rank or 0 if streams[i] else 0, i))
+        return [line for i in order for line in streams[i]]
+    def keys(i: int):  # (time, file, line number): never compares two lines
+        return ((t, i, n, line) for n, (t, line) in enumerate(zip(keyed[i], streams[i])))
+
+    return [item[3] for item in heapq.merge(*(keys(i) for i in range(len(streams))))]

@@ -1,0 +1,610 @@
+"""The known failures: each :class:`Signature` is the pattern of one failure (a cheap substring test in front of its
+regular expression), the rule it is reported under, and its describer, which turns the match and the whole log into
+(evidence, fix): the values seen (sizes of a CUDA out-of-memory, the batch triple, the ranks that timed out and the
+suspects, the interface NCCL chose, the signal that stopped the run and what the ranks were doing). Also the generic
+Python error (LOG805) and the numbers of a log, never trusted with memory (:func:`_int`).
+
+Every pattern is bounded (no unbounded repetition that can backtrack over a long run of digits, dots or letters: a
+lookbehind anchors a leading number, gaps are ``.{0,N}``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .lines import PROGRESS, Line, clock
+
+#: the largest world size a log's number is taken as (a larger one is not used to list ranks)
+MAX_WORLD = 1 << 20
+
+
+@dataclass
+class Match:
+    """A signature found at ``line``, which is ``lines[line_index]`` of the log."""
+
+    signature: "Signature"
+    line: Line
+    groups: re.Match | None
+    line_index: int
+    info: dict | None = None  # what a derived match (ENV329's build in flight) found
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One failure's pattern. ``needles``: substrings one of which every matching line contains (tested first);
+    ``rule_id``: the rule it is reported under; ``describe(match, lines)`` returns (evidence, fix or "") from the
+    match and the whole log; ``consequence``: True for what follows another failure (a killed rank, a reset
+    connection), reported only when nothing else is found; ``caught_by``: the command that finds it before launch."""
+
+    name: str
+    rule_id: str
+    needles: tuple[str, ...]
+    pattern: re.Pattern
+    describe: Callable[["Match", list[Line]], tuple[str, str]]
+    caught_by: str = ""
+    consequence: bool = False
+    spoils: bool = False  # the run's result is unusable even when the run finishes (NaN loss, empty weights)
+
+    def needles_present(self, text: str) -> bool:
+        return any(needle in text for needle in self.needles)
+
+
+# --- what each signature says ---------------------------------------------------------------------------------------
+
+#: a size as torch prints it ("2.00 GiB", "512 MiB"); the number is bounded and starts at a number's start
+SIZE = r"(?<![\d.])\d{1,9}(?:\.\d{1,6})? [KMGT]i?B"
+OOM_TRIED = re.compile(rf"Tried to allocate ({SIZE})")
+OOM_TOTAL = re.compile(rf"total capacity of ({SIZE})")
+OOM_FREE = re.compile(rf"({SIZE}) (?:is )?free")
+OOM_ALLOCATED = re.compile(rf"({SIZE}) is allocated by PyTorch|({SIZE}) already allocated")
+OOM_RESERVED = re.compile(rf"({SIZE}) is reserved by PyTorch but unallocated|({SIZE}) reserved in total by PyTorch")
+OOM_GPU = re.compile(r"\bGPU (\d{1,4})(?!\d)")
+GIB = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s{0,4}([KMGT])i?B")
+#: DeepSpeed's start-up print of its config ('  zero_optimization_stage ...... 2') and its config as JSON lines
+DS_SETTING = re.compile(r"(?<!\w)(\w{1,64})\s{0,8}\.{3,}\s{0,8}(\S{1,64})|\"(\w{1,64})\":\s{0,4}(\d{1,12}|true|false)")
+
+
+def _gib(text: str) -> float | None:
+    """``text``'s leading size ('2.00 GiB') in GiB (2^30 bytes), or None."""
+    number = GIB.match(text)
+    if not number:
+        return None
+    scale = {"K": 2 ** -20, "M": 2 ** -10, "G": 1, "T": 2 ** 10}[number.group(2)]
+    return float(number.group(1)) * scale
+
+
+def _int(text: str | None, digits: int = 18) -> int | None:
+    """The number ``text`` when it has at most ``digits`` digits, else None: a number from a log is shown as text
+    beyond that (Python refuses int() of 4,300+ digits, and no batch size or rank has 19)."""
+    return int(text) if text and len(text) <= digits and text.isdecimal() else None
+
+
+def _shown_number(text: str) -> str:
+    """A number from the log for evidence: as is, or its first digits and its length when it is very long."""
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text):,} digits)"
+
+
+def _ds_settings(lines: list[Line]) -> dict[str, str]:
+    """Values DeepSpeed prints at start-up ('  zero_optimization_stage ...... 2'; its config as JSON lines) and
+    the Trainer's arguments, when the log has them: what ``dsdoctor estimate`` should be run with."""
+    wanted = {"train_micro_batch_size_per_gpu": "micro_batch", "zero_optimization_stage": "zero",
+              "bfloat16_enabled": "bf16", "bf16_enabled": "bf16", "fp16_enabled": "fp16",
+              "gradient_accumulation_steps": "grad_acc", "world_size": "world_size"}
+    found = {}
+    for line in lines:
+        if "...." not in line.text and '": ' not in line.text:
+            continue
+        m = DS_SETTING.search(line.text)
+        if not m:
+            continue
+        key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        if key in wanted and wanted[key] not in found:
+            found[wanted[key]] = value
+        elif key == "stage" and "zero" not in found:
+            found["zero"] = value
+    return found
+
+
+def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    text = match.line.text
+    parts = []
+    tried = OOM_TRIED.search(text)
+    total = OOM_TOTAL.search(text)
+    free = OOM_FREE.search(text)
+    allocated = OOM_ALLOCATED.search(text)
+    reserved = OOM_RESERVED.search(text)
+    gpu = OOM_GPU.search(text)
+    if tried:
+        parts.append(f"tried to allocate {tried.group(1)}")
+    if total:
+        parts.append(f"GPU {gpu.group(1) if gpu else '?'} total {total.group(1)}")
+    if free:
+        parts.append(f"free {free.group(1)}")
+    if allocated:
+        parts.append(f"allocated by PyTorch {allocated.group(1) or allocated.group(2)}")
+    if reserved:
+        parts.append(f"reserved {'but unallocated' if reserved.group(1) else 'in total'} "
+                     f"{reserved.group(1) or reserved.group(2)}")
+    where = _where(match)
+    settings = _ds_settings(lines)
+    args = ["dsdoctor estimate --model MODEL"]
+    if "zero" in settings:
+        args.append(f"--zero {settings['zero']}")
+    if "micro_batch" in settings:
+        args.append(f"--micro-batch {settings['micro_batch']}")
+    if settings.get("bf16", "").lower() == "true":
+        args.append("--precision bf16")
+    elif settings.get("fp16", "").lower() == "true":
+        args.append("--precision fp16")
+    args.append("--seq-len SEQ_LEN")
+    if total and _gib(total.group(1)):
+        args.append(f"--gpu-mem {_gib(total.group(1)):.0f}")
+    fragmented = ""
+    if reserved and reserved.group(1) and _gib(reserved.group(1)) and tried and _gib(tried.group(1)) and \
+            _gib(reserved.group(1)) >= _gib(tried.group(1)):
+        fragmented = " The reserved-but-unallocated memory exceeds the request: fragmentation; " \
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough."
+    return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
+            f"Run `{' '.join(args)}` (values from this log where it printed them) to see the peak and what to "
+            f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
+            f"gradient accumulation, shorter sequences.{fragmented}")
+
+
+def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """DeepSpeed's batch assertion (deepspeed/runtime/config.py _batch_assertion): the triple recomputed for the world
+    size it ran on. Numbers too long to be a batch size are shown as text, with the rule's own fix."""
+    texts = [match.groups.group(i) for i in (1, 2, 3, 4)]
+    total, micro, acc, world = (_int(t) for t in texts)
+    if None in (total, micro, acc, world):
+        shown = [_shown_number(t) for t in texts]
+        return (_where(match) + f"train_batch_size {shown[0]} != {shown[1]} x {shown[2]} x {shown[3]} (micro batch "
+                f"x gradient accumulation x world size; numbers too long to be batch sizes)", "")
+    note = ""
+    if micro * acc and total % (micro * acc) == 0 and total // (micro * acc) not in (0, world):
+        note = f"; the config assumes world size {total // (micro * acc)}"
+    fixed = micro * acc * world
+    return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
+            f"accumulation x world size){note}",
+            f"Give two of the three and let DeepSpeed derive the third: drop train_batch_size (DeepSpeed then uses "
+            f"{fixed} on {world} rank(s)), or set it to {fixed}. `dsdoctor check ds_config.json --world-size "
+            f"{world}` checks it before launch.")
+
+
+def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    start = match.line_index + 1
+    items = []
+    for line in lines[start:start + 60]:
+        text = line.text.strip()
+        if text.startswith("- ds "):
+            items.append(text[2:])
+        elif items and not text.startswith("-"):
+            break
+    return (f"{len(items)} mismatch(es): " + "; ".join(items[:8]) if items else match.line.text.strip()[:300],
+            "Set each to \"auto\" (the Trainer fills it) or make TrainingArguments agree; `dsdoctor check "
+            "ds_config.json --launch trainer --hf-args args.json` lists them all before launch.")
+
+
+def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
+    pattern = match.signature.pattern
+    timed_out = {}
+    for line in lines:
+        if match.signature.needles[0] in line.text:
+            found = pattern.search(line.text)
+            if found:
+                rank = line.rank if line.rank is not None else _int(found.group("rank"), 6)
+                timed_out.setdefault(rank, found)
+    ranks = sorted(r for r in timed_out if r is not None)
+    first = timed_out[ranks[0]] if ranks else match.groups
+    op = first.group("op") or "?"
+    timeout_ms = _int(first.group("timeout"), 15)
+    after = f"{timeout_ms / 60000:g} min" if timeout_ms is not None else f"{_shown_number(first.group('timeout'))} ms"
+    return (f"{op} (SeqNum={_shown_number(first.group('seq') or '?')}, NumelIn="
+            f"{_shown_number(first.group('numel') or '?')}) timed out after {after} on rank(s) "
+            f"{_ranks(ranks) if ranks else '?'}" + _suspects(ranks, lines), "")
+
+
+def _gloo_timeout(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """gloo's timeout: the ranks whose collective timed out, and the ones that did not (the suspects)."""
+    ranks = sorted({ln.rank for ln in lines if ln.rank is not None and match.signature.needles[0] in ln.text
+                    and match.signature.pattern.search(ln.text)})
+    timeout_ms = _int(match.groups.group("timeout"), 15)
+    after = f"{timeout_ms / 1000:g} s" if timeout_ms is not None else \
+        f"{_shown_number(match.groups.group('timeout'))} ms"
+    return (f"gloo {match.groups.group('op')} timed out after {after} on rank(s) {_ranks(ranks) if ranks else '?'}"
+            + _suspects(ranks, lines), "")
+
+
+def _ranks(ranks: list[int], most: int = 32) -> str:
+    """'[0, 1, 2]', or the first ``most`` of a long list and how many more."""
+    return str(ranks) if len(ranks) <= most else f"{str(ranks[:most])[:-1]}, ... ({len(ranks) - most:,} more)]"
+
+
+def _suspects(timed_out: list[int], lines: list[Line]) -> str:
+    """'; rank(s) [..] did not time out ...' for the ranks of the world size that are not among ``timed_out`` (at
+    most 32 listed, counted up to :data:`MAX_WORLD`)."""
+    world = _world_size(lines)
+    if not world or not timed_out:
+        return ""
+    seen = set(timed_out)
+    missing, count = [], 0
+    for rank in range(world):
+        if rank not in seen:
+            count += 1
+            if len(missing) < 32:
+                missing.append(rank)
+    if not count:
+        return ""
+    shown = str(missing) if count == len(missing) else f"{str(missing)[:-1]}, ... ({count - len(missing):,} more)]"
+    return f"; rank(s) {shown} did not time out: they were not in the collective (the suspects)"
+
+
+#: a world size as launchers and DeepSpeed print it
+WORLD_SIZE = re.compile(r"(?<!\w)(?:dist_)?world_size[=:\s]{1,4}(\d{1,8})(?!\d)|WORLD_SIZE=(\d{1,8})(?!\d)|"
+                        r"world size[=:\s]{1,4}(\d{1,8})(?!\d)")
+
+
+def _world_size(lines: list[Line]) -> int | None:
+    """The world size the log prints (up to :data:`MAX_WORLD`; a larger number is not taken), else one more than
+    the highest rank seen."""
+    for line in lines[:4000]:
+        found = WORLD_SIZE.search(line.text)
+        if found:
+            world = int(next(g for g in found.groups() if g))
+            return world if 0 < world <= MAX_WORLD else None
+    ranks = {line.rank for line in lines if line.rank is not None}
+    return max(ranks) + 1 if ranks else None
+
+
+#: NCCL's INFO lines naming the interface it uses ('Bootstrap : Using eth0:10.0.0.5<0>')
+NCCL_USING = re.compile(r"(?:Bootstrap : Using|NET/Socket : Using \[0\])\s{0,4}([\w.-]{1,64}):"
+                        r"(\d{1,3}(?:\.\d{1,3}){3})")
+
+
+def _nccl_connect(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """NCCL could not connect to a peer: the address it tried and the interface NCCL chose (its INFO lines
+    'Bootstrap : Using eth0:10.0.0.5<0>' or 'NET/Socket : Using [0]docker0:172.17.0.1<0>', when logged)."""
+    using = None
+    for line in lines:
+        if "Using" in line.text:
+            found = NCCL_USING.search(line.text)
+            if found:
+                using = found
+                break
+    evidence = f"NCCL could not connect to {match.groups.group('addr')}: {match.line.text.strip()[:200]}"
+    if using:
+        evidence += f"; NCCL used interface {using.group(1)} ({using.group(2)})"
+    name = using.group(1) if using else "the interface"
+    cause = f"NCCL chose {name}, which the other nodes may not reach" if using else \
+        "NCCL's interface cannot reach the peer"
+    fix = (f"{cause}: set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface of the network the nodes "
+           f"share, on every node (`ip -br addr`); open the ports between nodes in the firewall.")
+    return evidence, fix
+
+
+def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
+    pid = next((g.group(k) for k in ("pid", "pid2", "pid3") if g.groupdict().get(k)), None)
+    offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
+    evidence = (f"{'rank ' + rank if rank else 'a rank'}{' (pid ' + pid + ')' if pid else ''} killed by signal 9 "
+                f"(SIGKILL) with no Python error: the host's out-of-memory killer"
+                + ("; the config offloads to the CPU" if offload else ""))
+    return evidence, ("Check `dmesg | grep -i oom`. Host RAM must hold what loading the model and offload need on "
+                      "every rank: `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it with this "
+                      "host's; load with low_cpu_mem_usage, use fewer ranks per node, or offload less.")
+
+
+#: the store client's retries ('failed to connect to [node0]:29500 (errno: 111 - Connection refused)')
+STORE_RETRY = re.compile(r"failed to connect to (\S{1,300}) \((errno: \d{1,5} - [^)]{1,200})\)")
+
+
+def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """The error that ended the rendezvous, and the last address the store client tried before it."""
+    where = _where(match)
+    tried = None
+    for line in lines[:match.line_index]:
+        found = STORE_RETRY.search(line.text) if "failed to connect to" in line.text else None
+        if found:
+            tried = found
+    evidence = where + match.line.text.strip()[:240]
+    if tried:
+        evidence += f" (last attempt: {tried.group(1)}, {tried.group(2)})"
+    return evidence, ""
+
+
+def _where(match: Match) -> str:
+    """'rank R: ' for a line whose rank is known, else ''."""
+    return f"rank {match.line.rank}: " if match.line.rank is not None else ""
+
+
+def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
+    return _where(match) + match.line.text.strip()[:300], ""
+
+
+#: a compiler's or ninja's error line
+COMPILER_ERROR = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|"
+                            r"unsupported gpu architecture", re.I)
+
+
+def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """The op that failed to build and the compiler's first error line after it."""
+    op = match.groups.group("op")
+    error = ""
+    compiler = COMPILER_ERROR
+    for line in lines[match.line_index + 1:match.line_index + 200]:  # ninja's output follows the RuntimeError
+        text = line.text.strip()
+        if compiler.search(text) and not text.startswith(("Traceback", "subprocess.", "RuntimeError")):
+            error = text
+            break
+    return (f"building op '{op}' failed" + (f": {error[:240]}" if error else ""),
+            "`dsdoctor env --build-ops ds_config.json` builds the ops the config needs before launch and shows the "
+            "compiler's error; install the CUDA toolkit matching torch's CUDA (nvcc), gcc, ninja, or pre-build "
+            "(DS_BUILD_OPS=1 pip install deepspeed).")
+
+
+ARCH_LIST = re.compile(r"TORCH_CUDA_ARCH_LIST[=:\s\"']{1,8}([\w.;+ ]{1,100})")
+
+
+def _arch(match: Match, lines: list[Line]) -> tuple[str, str]:
+    listed = next((ARCH_LIST.search(line.text) for line in lines
+                   if "TORCH_CUDA_ARCH_LIST" in line.text), None)
+    value = listed.group(1).strip() if listed else None
+    return (f"{match.line.text.strip()[:200]}" + (f" (TORCH_CUDA_ARCH_LIST={value})" if value else ""),
+            "DeepSpeed's op builder cannot parse an arch suffix such as 9.0a: export TORCH_CUDA_ARCH_LIST=9.0 (the "
+            "GPUs' compute capabilities, digits only). `dsdoctor env` finds it before launch.")
+
+
+def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """pydantic's message and the next two lines of the same rank: the key and what is wrong with it."""
+    after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
+             if ln.rank == match.line.rank][:2]
+    where = _where(match)
+    text = match.line.text[match.groups.start():].strip()
+    return where + text[:300] + ": " + " ".join(after)[:240], ""
+
+
+NO_MODULE = re.compile(r"No module named '([\w.]{1,200})'")
+
+
+def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
+    text = match.line.text.strip()
+    missing = NO_MODULE.search(text)
+    if missing and missing.group(1).split(".")[0] in ("deepspeed", "torch"):
+        package = missing.group(1).split(".")[0]
+        return text[:300], (f"Install {package} in the environment the launcher uses (the same python: `which "
+                            f"python` on every node); `dsdoctor env` shows what is installed.")
+    return text[:300], ("A package is older or newer than the code that imports it expects: `dsdoctor env` lists the "
+                        "versions and those known to break each other; pin the versions the training repository "
+                        "names (its requirements.txt).")
+
+
+def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups.groupdict()
+    rank = g.get("rank") or g.get("rank2")
+    code = g.get("code") or g.get("code2")
+    return f"rank {rank} exited with code {code}; no error of that rank is in this log", ""
+
+
+# --- a run stopped from outside: what stopped it, what the ranks were doing ------------------------------------
+
+SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 10: "SIGUSR1", 12: "SIGUSR2",
+                15: "SIGTERM"}
+SIGNAL_HOW = {"SIGINT": "a Ctrl-C", "SIGTERM": "a timeout (`timeout`, dsdoctor smoke's --timeout), a `kill` or the "
+              "job scheduler", "SIGHUP": "the terminal closing", "SIGKILL": "a `kill -9` or the out-of-memory killer"}
+#: the launcher's own lines (torchrun's agent, DeepSpeed's launcher): not what the ranks were doing
+LAUNCHER = re.compile(r"torch[/.]distributed[/.](?:elastic|run\b|launch)|\[(?:launch|runner)\.py:\d{1,6}:|"
+                      r"^\*{10,}|OMP_NUM_THREADS|^\s*Traceback \(most recent call last\)")
+
+
+def _signal_of(match: Match) -> tuple[str, str]:
+    """(what stopped the run, in words; the signal's name or '') for a ``stopped`` match."""
+    g = match.groups.groupdict()
+    if "CANCELLED AT" in match.line.text:
+        why = (g.get("why") or "").strip().lower()
+        return f"the job scheduler cancelled the job{' (' + why + ')' if why else ''}", "SIGTERM"
+    if "KeyboardInterrupt" in match.line.text:
+        return "signal 2 (SIGINT: a Ctrl-C)", "SIGINT"
+    raw = g.get("sig") or g.get("sig2") or g.get("sig3") or "?"
+    number = _int(raw, 3)
+    name = SIGNAL_NAMES.get(number, "") if number is not None else raw
+    number = number if number is not None else next((n for n, v in SIGNAL_NAMES.items() if v == raw), None)
+    how = SIGNAL_HOW.get(name)
+    return (f"signal {number if number is not None else raw}"
+            + (f" ({name}: {how})" if how else f" ({name})" if name and number is not None else "")), name
+
+
+def _silence(line: Line, lines: list[Line], stop_index: int) -> str:
+    """' (N s before the stop)' from the two lines' timestamps, when both have one."""
+    then = clock(line.text)
+    now = next((c for c in (clock(ln.text) for ln in lines[stop_index:stop_index + 5]) if c is not None), None)
+    if then is None or now is None or now < then:
+        return ""
+    return f" ({now - then:.0f} s before the stop)"
+
+
+def _activity(lines: list[Line], stop_index: int) -> str:
+    """What the ranks were doing when the stop came: the last training progress before it, and each rank's last
+    line (the launcher's own lines left out), with how long before the stop it came."""
+    last: dict[int | None, Line] = {}
+    progress = None
+    for line in lines[max(0, stop_index - 20000):stop_index]:
+        text = line.text.strip()
+        if not text or LAUNCHER.search(text):
+            continue
+        last[line.rank] = line
+        if PROGRESS.search(line.text):
+            progress = line
+    parts = [f"the last training progress before it: {progress.at}: {progress.text.strip()[:120]}" if progress else
+             "no training step was logged before it"]
+    ranks = sorted(last, key=lambda r: (r is None, r or 0))
+    for rank in ranks[:4]:
+        line = last[rank]
+        who = f"rank {rank}'s last line" if rank is not None else "the last line of the ranks"
+        parts.append(f"{who}: {line.at}{_silence(line, lines, stop_index)}: {line.text.strip()[:160]}")
+    if len(ranks) > 4:
+        parts.append(f"({len(ranks) - 4} more ranks)")
+    return "; ".join(parts)
+
+
+def _stopped(match: Match, lines: list[Line]) -> tuple[str, str]:
+    what, _ = _signal_of(match)
+    after = (match.info or {}).get("after")  # the failure that came before the stop, when there is one
+    cause = f"after the failure at {after.line.at}" if after is not None else "not by an error of its own"
+    return (_where(match) + f"the run was stopped from outside by {what}, {cause}; "
+            + _activity(lines, match.line_index), "")
+
+
+# --- the catalogue of signatures ------------------------------------------------------------------------------------
+
+def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False,
+         spoils=False) -> Signature:
+    needles = (needles,) if isinstance(needles, str) else tuple(needles)
+    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence, spoils)
+
+
+SIGNATURES: tuple[Signature, ...] = (
+    _sig("nccl-watchdog", "LOG801", "Watchdog caught collective operation timeout",
+         r"(?:\[[^\[\]]{0,80}?Rank (?P<rank>\d+)\]\s{0,4})?Watchdog caught collective operation timeout: "
+         r"WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w{1,40})(?:, NumelIn=(?P<numel>\d+))?"
+         r"[^\n]{0,300}?Timeout\(ms\)=(?P<timeout>\d+)", _watchdog, "dsdoctor nccl"),
+    _sig("gloo-timeout", "LOG801", "Timed out waiting",
+         r"gloo[^\n]{0,400}?Timed out waiting (?P<timeout>\d+)ms for (?P<op>\w{1,40}) operation", _gloo_timeout,
+         "dsdoctor nccl"),
+    _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
+         r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:errno: 98|EADDRINUSE|[Aa]ddress already in use)",
+         _first_line, "dsdoctor env (or nccl, smoke): MASTER_PORT busy, before any rank starts"),
+    _sig("port-privileged", "NET406", ("Permission denied", "EACCES"),
+         r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:failed to bind to \[?[^\]\n]{0,200}\]?:(?P<port>\d{1,5}) "
+         r"\(errno: 13|port: (?P<port2>\d{1,5}),[^\n]{0,300}?name: EACCES)",
+         _first_line, "dsdoctor env"),
+    _sig("name-unresolved", "NET405", ("Name or service not known", "failure in name resolution"),
+         r"(?:DistNetworkError|gaierror|c10d|TCPStore|rendezvous|MASTER_ADDR|init_process_group)[^\n]{0,500}?"
+         r"(?:Name or service not known|failure in name resolution)", _first_line, "dsdoctor env"),
+    # the store's "[W socket.cpp] ... failed to connect" retries are normal while the master starts: only the error
+    # that ends them is a failure
+    _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients"),
+         r"(?:DistNetworkError|DistStoreError|RuntimeError|TimeoutError|ConnectionError)\b[^\n]{0,600}?"
+         r"(?:failed to connect|waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
+         "dsdoctor env on each node (MASTER_ADDR reachable)"),
+    _sig("nccl-no-interface", "NET402", "no socket interface found",
+         r"no socket interface found", _first_line, "dsdoctor env"),
+    _sig("nccl-connect", "NET411", ("NCCL WARN",),
+         r"NCCL WARN (?:socketStartConnect|socketPollConnect|Net : Connect to|Call to connect|NET/Socket : Connect to)"
+         r"[^\n]{0,200}?(?<![\d.])(?P<addr>\d{1,3}(?:\.\d{1,3}){3})(?![\d.])[^\n]{0,200}?(?:failed|returned|timed out)",
+         _nccl_connect, "dsdoctor env on each node (NET411: the interface NCCL would use)"),
+    _sig("batch-assertion", "DS102", "train_batch_size is not equal to",
+         r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s{1,8}(\d+)\s{0,8}"
+         r"!=\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)", _batch, "dsdoctor check"),
+    _sig("auto-compare", "DS101", "not supported between instances of 'str'",
+         r"TypeError: '[<>=]{1,2}' not supported between instances of 'str' and '(?:int|float)'", _first_line,
+         "dsdoctor check --launch engine"),
+    _sig("auto-multiply", "DS101", "non-int of type 'str'",
+         r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check --launch engine"),
+    _sig("auto-convert", "DS101", ("'auto'", "got auto"),
+         r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'|"
+         r"must be (?:a|an) [\w ]{1,80}, got auto\b", _first_line,
+         "dsdoctor check --launch engine"),
+    _sig("hf-mismatch", "HF201", "mismatch TrainingArguments values",
+         r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values", _mismatch,
+         "dsdoctor check --launch trainer --hf-args"),
+    _sig("cuda-oom", "MEM501", "out of memory",
+         r"(?:OutOfMemoryError|RuntimeError): CUDA out of memory|CUDA error: out of memory", _oom, "dsdoctor estimate"),
+    _sig("host-oom-kill", "MEM504", ("-9", "Signal 9"),
+         r"--local_rank=(?P<rank2>\d{1,6})'\] exits with return code = -9|exits with return code = -9|"
+         r"failed \(exitcode: -9\) local_rank: (?P<rank3>\d{1,6}) \(pid: (?P<pid3>\d{1,10})\)|"
+         r"Signal 9 \(SIGKILL\) received by PID (?P<pid>\d{1,10})|"
+         r"exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
+         r"rank (?P<rank>\d{1,6}) [^\n]{0,200}?exit code -9", _signal,
+         "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
+    _sig("shm-bus-error", "ENV312", ("Bus error", "bus error"),
+         r"Bus error|ERROR: Unexpected bus error encountered in worker|No space left on device[^\n]{0,300}?shm",
+         _first_line, "dsdoctor env (the /dev/shm size)"),
+    _sig("cuda-home", "ENV305", "CUDA_HOME",
+         r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", _first_line,
+         "dsdoctor env (toolchain) / env --build-ops"),
+    _sig("arch-suffix", "ENV307", "invalid literal for int() with base 10: '",
+         r"invalid literal for int\(\) with base 10: '\d{1,4}[a-z]'", _arch, "dsdoctor env"),
+    _sig("no-kernel-image", "ENV308", "no kernel image is available",
+         r"no kernel image is available for execution on the device", _first_line, "dsdoctor env"),
+    _sig("op-build", "ENV324", "Error building extension",
+         r"Error building extension '(?P<op>\w{1,100})'", _build, "dsdoctor env --build-ops ds_config.json"),
+    _sig("bf16-unsupported", "DS111", "bf16",
+         r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
+         "dsdoctor check --gpu auto"),
+    _sig("dtype-mismatch", "DS113", ("expected scalar type", "same dtype", "should be the same"),
+         r"expected scalar type \w{1,40} but found \w{1,40}|mat1 and mat2 must have the same dtype|"
+         r"Input type \([^()\n]{1,200}\) and weight type \([^()\n]{1,200}\) should be the same|"
+         r"expected (?:mat1 and mat2|both) to have the same dtype", _first_line,
+         "dsdoctor check --model MODEL"),
+    _sig("loss-scale-floor", "DS114", ("Current loss scale already at minimum", "reducing to 1"),
+         r"Current loss scale already at minimum|Attempted loss scale: 1(?:\.0)?, reducing to 1\b", _first_line,
+         "dsdoctor check --model MODEL"),
+    _sig("nan-loss", "TRN602", ("nan", "NaN"),
+         r"['\"]loss['\"]: '?nan|\bloss[=:]\s{0,4}nan\b|Loss is NaN|loss is nan|['\"]grad_norm['\"]: '?nan",
+         _first_line, "dsdoctor smoke --steps 100", spoils=True),
+    _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
+         r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)",
+         _first_line, "dsdoctor check (stage3_gather_16bit_weights_on_model_save)", spoils=True),
+    _sig("adapter-keys-missing", "DS142", "missing adapter keys",
+         r"Found missing adapter keys while loading the checkpoint", _first_line,
+         "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)", spoils=True),
+    _sig("lora-targets", "LOG803", "not found in the base model",
+         r"Target modules? [^\n]{0,2000}? not found in the base model", _first_line, "dsdoctor estimate --method lora"),
+    _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
+         r"ZeRO3 is incompatible with LoRA", _first_line),
+    _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
+         r"contains custom code which must be executed|Do you wish to run the custom code|"
+         r"requires you to execute [^\n]{0,300}?custom code|"
+         r"(?:pass the argument|set the option) `trust_remote_code=True`",
+         _first_line,
+         "dsdoctor check --model PATH (reads config.json only)"),
+    _sig("import-error", "ENV310", ("ImportError", "ModuleNotFoundError", "deepspeed_init()", "AttributeError"),
+         r"^\s{0,40}(?:\w{1,80}\.){0,8}(?:ImportError: cannot import name .+ from|ModuleNotFoundError: No module named|"
+         r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|AttributeError: module '\w{1,200}' has no "
+         r"attribute)", _import, "dsdoctor env"),
+    _sig("no-optimizer", "DS120", "requires an optimizer",
+         r"zero stage \d requires an optimizer", _first_line, "dsdoctor check --launch engine"),
+    _sig("ds-config-invalid", "DS199", "validation error for DeepSpeed",
+         r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check"),
+    _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode"),
+         r"--local_rank=(?P<rank2>\d{1,6})'?\] exits with return code = (?P<code2>[1-9]\d{0,3})(?!\d)|"
+         r"failed \(exitcode: (?P<code>[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)", _rank_exit,
+         consequence=True),
+    _sig("nccl-error", "NET408", "NCCL error",
+         r"NCCL error in: [^\n]{0,400}?(?:unhandled system error|unhandled cuda error|internal error|"
+         r"remote process exited)", _first_line, "dsdoctor nccl", consequence=True),
+    # the run stopped from outside: torchrun's agent (SignalException, "Received 15 death signal"), DeepSpeed's
+    # launcher, slurm's cancel (a time limit, a preemption), a Ctrl-C's KeyboardInterrupt; never the cause of a failure
+    # before it
+    _sig("stopped", "LOG807", ("got signal:", "death signal", "Main process received SIG", "CANCELLED AT",
+                               "KeyboardInterrupt"),
+         r"SignalException: Process (?P<pid>\d{1,10}) got signal: (?:Signals\.)?(?P<sig>SIG[A-Z]{2,8}|\d{1,3})\b|"
+         r"Received (?:Signals\.)?(?P<sig2>SIG[A-Z]{2,8}|\d{1,3}) death signal|"
+         r"Main process received (?P<sig3>SIG[A-Z]{2,8}), exiting|"
+         r"\*\*\* (?:JOB|STEP) [\w.]{1,40} ON \S{1,100} CANCELLED AT \S{1,40}(?: DUE TO (?P<why>[A-Z][A-Z ]{0,40}?))? "
+         r"\*\*\*|^\s{0,40}KeyboardInterrupt(?::[^\n]{0,200})?$", _stopped,
+         consequence=True),
+)
+
+
+#: Every signature's needles in one pattern: one search rules out most lines, ``findall`` names the needles a line
+#: has. No needle may contain another (``findall`` would hide the shorter one; tests/test_explain.py checks it).
+NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURES for n in s.needles}, key=len,
+                                                              reverse=True)))
+#: An exception's (dotted) name, as a traceback's last line starts
+EXCEPTION_NAME = (r"(?:[A-Za-z_]\w{0,80}\.){0,12}"
+                  r"(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)")
+#: The last line of a Python traceback: an exception's (dotted) name and its message.
+PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
+
+
+def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:
+    where = _where(match)
+    frame = next((ln.text.strip() for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
+                  if ln.rank == match.line.rank and ln.text.lstrip().startswith("File \"")), None)
+    return where + match.line.text.strip()[:240] + (f" (raised at {frame[:160]})" if frame else ""), ""
+
+
+PYTHON_ERROR_SIGNATURE = Signature("python-error", "LOG805", (), PYTHON_ERROR, _python_error)
