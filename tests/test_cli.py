@@ -302,6 +302,7 @@ def test_smoke_accepts_prompt_response_and_messages_data(runner, tmp_path, monke
     """Both shapes pass the pre-launch read and reach the launch (stopped there)."""
     from dsdoctor.commands import smoke
 
+    monkeypatch.delenv("MASTER_PORT", raising=False)
     launched = []
     monkeypatch.setattr(smoke, "supervise", lambda *a, **k: launched.append(a) or (_ for _ in ()).throw(KeyboardInterrupt))
     for name, row in (("pr", {"prompt": "hi", "response": "hello", "history": [["a", "b"]]}),
@@ -321,6 +322,7 @@ def test_smoke_runs_a_config_on_the_world_size_it_was_written_for(runner, tmp_pa
     from dsdoctor.commands import smoke
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
     seen = []
     monkeypatch.setattr(smoke, "supervise", lambda cmd, *a, **k: seen.append(cmd) or (_ for _ in ()).throw(
         KeyboardInterrupt))

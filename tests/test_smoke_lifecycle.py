@@ -159,6 +159,7 @@ def test_an_error_in_the_supervisor_stops_every_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(extensions, "build_locks", failing)
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MASTER_PORT", raising=False)  # an earlier in-process test may have left one
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["smoke", "--steps", "100000", "--out", str(out), "--no-verify"])
     assert result.exit_code == 2 and "internal error: RuntimeError: an unexpected error" in result.output
