@@ -193,9 +193,12 @@ def test_termination_stops_every_rank(sig):
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 3
     proc.send_signal(getattr(signal, sig))
-    proc.communicate(timeout=30)
+    _, stderr = proc.communicate(timeout=30)
     _, alive = psutil.wait_procs(children, timeout=5)
     assert alive == []
+    # issue 12: a message and 128 + the signal, at any moment of the command (it died with -15 and no word before)
+    assert proc.returncode == 128 + getattr(signal, sig), (proc.returncode, stderr[-800:])
+    assert stderr.strip().endswith(f"dsdoctor: stopped by {sig} (every process it started is stopped)")
 
 
 def test_a_sweep_larger_than_host_ram_is_refused():
@@ -213,32 +216,6 @@ def test_the_telling_line_of_the_launcher_output():
 
 
 # ------------------------------------------------------------------------------------------- issue 12
-def test_sigterm_is_a_message_and_exit_143_with_every_rank_stopped():
-    import signal
-
-    import psutil
-
-    from dsdoctor.checks.network import free_port, port_in_use
-
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(MASTER_PORT=str(port), DSDOCTOR_NCCL_SIMULATE_MISSING="1")
-    proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "nccl", "--nproc", "2", "--backend", "gloo",
-                             "--timeout", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not port_in_use(port):
-        assert time.time() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.3)
-    time.sleep(1)
-    children = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 143, (proc.returncode, stderr[-800:])
-    assert stderr.strip().endswith("dsdoctor: stopped by SIGTERM (every process it started is stopped)")
-    _, alive = psutil.wait_procs(children, timeout=5)
-    assert alive == []
-
-
 def test_a_port_taken_between_the_check_and_the_launch_is_net401_not_a_collective_failure(monkeypatch):
     """The race: the port was free when dsdoctor picked it and bound by another process before the TCPStore."""
     from click.testing import CliRunner

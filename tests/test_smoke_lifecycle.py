@@ -114,12 +114,18 @@ def test_ctrl_c_during_the_first_op_build_removes_the_lock_it_left(tmp_path):
     assert gone_within(tmp_path / "out", 10)
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
-def test_a_sigkilled_launcher_leaves_no_rank_training(tmp_path, launcher):
+def training(tmp_path: Path, launcher: str) -> tuple[subprocess.Popen, Path]:
+    """A long smoke under ``launcher``, once both ranks have logged a step."""
     proc = start(tmp_path, "--steps", "100000", "--no-verify", "--launcher", launcher)
     out = tmp_path / "out"
     wait_for(lambda: (out / "metrics" / "rank1.jsonl").is_file() and (out / "metrics" / "rank1.jsonl").stat().st_size,
              300, proc, "the first steps")
+    return proc, out
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
+def test_a_sigkilled_launcher_leaves_no_rank_training(tmp_path, launcher):
+    proc, out = training(tmp_path, launcher)
     (launcher_pid,) = children(proc.pid)
     os.kill(launcher_pid, signal.SIGKILL)  # the OOM killer's choice
     t0 = time.monotonic()
@@ -130,10 +136,7 @@ def test_a_sigkilled_launcher_leaves_no_rank_training(tmp_path, launcher):
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed"])
 def test_a_sigkilled_dsdoctor_leaves_no_rank_training(tmp_path, launcher):
-    proc = start(tmp_path, "--steps", "100000", "--no-verify", "--launcher", launcher)
-    out = tmp_path / "out"
-    wait_for(lambda: (out / "metrics" / "rank1.jsonl").is_file() and (out / "metrics" / "rank1.jsonl").stat().st_size,
-             300, proc, "the first steps")
+    proc, out = training(tmp_path, launcher)
     proc.kill()
     proc.communicate(timeout=30)
     assert gone_within(out, 20), "ranks outlived a SIGKILLed dsdoctor"
