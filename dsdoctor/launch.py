@@ -35,14 +35,24 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
 
+def _load_libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    except OSError:
+        return None
+
+
+#: libc, resolved once here in the parent: the child between fork and exec (Popen's preexec_fn) must not dlopen
+_LIBC = _load_libc()
+
+
 def _prctl(option: int, value: int) -> bool:
     """Linux ``prctl(option, value)``; False where it is unavailable (not Linux, no libc)."""
-    if not sys.platform.startswith("linux"):
+    if _LIBC is None:
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):
+        return _LIBC.prctl(option, value, 0, 0, 0) == 0
+    except AttributeError:
         return False
 
 
