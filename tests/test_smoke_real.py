@@ -68,6 +68,12 @@ def test_default_smoke_100_steps_passes_on_two_cpu_ranks(tmp_path):
     assert (out / "adapter" / "adapter_model.safetensors").is_file() and (out / "smoke.png").stat().st_size > 10_000
     assert len((out / "metrics" / "rank1.jsonl").read_text().splitlines()) == 100
     assert processes_mentioning(str(out)) == []
+    # issue 12: the ranks build in one extensions directory per Python environment (TORCH_EXTENSIONS_DIR unset here)
+    if not os.environ.get("TORCH_EXTENSIONS_DIR"):
+        from dsdoctor.extensions import smoke_root
+
+        assert result["torch_extensions_dir"] == str(smoke_root())
+        assert (smoke_root() / "deepspeed_shm_comm").is_dir()
 
 
 def test_all_labels_masked_is_a_data_finding_with_line_numbers(tmp_path):
@@ -261,8 +267,10 @@ def test_the_trainer_tutorials_full_fine_tune_learns_on_the_bundled_model(tmp_pa
 
 def test_a_timed_out_run_exits_1_even_while_advancing(tmp_path):
     """issue 12: `--timeout 12` gave WARN TRN608 and exit 0, with the loss and the save never checked."""
-    code, report, _ = smoke(tmp_path, "--steps", "100000", "--timeout", "60", "--no-verify")
+    code, report, stderr = smoke(tmp_path, "--steps", "100000", "--timeout", "60", "--no-verify")
     assert code == 1
     finding = by_id(report)["TRN608"]
     assert finding["severity"] == "error"
+    log = tmp_path / "out" / "train.log"
+    assert f"the run's full log is {log} (dsdoctor explain {log})" in stderr  # issue 12: printed on failure
     assert processes_mentioning(str(tmp_path / "out")) == []

@@ -458,3 +458,24 @@ def test_a_timed_out_run_is_an_error_even_when_it_was_still_advancing():
     assert "still advancing at 0.20 s/step" in f.evidence and "not judged" in f.fix
     building = timeout_finding({}, 2, 100, 12, [{"op": "deepspeed_shm_comm", "path": "/x/lock", "by": "this run"}])
     assert building.title == "Run timed out while DeepSpeed's op was still building"
+
+
+def test_the_plot_shows_what_the_verdicts_judged():
+    """issue 12: the memory axis auto-zoomed (0.462 to 0.474 GiB looked like a leak); the loss means, the verdict and
+    the learning rate were not on the plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from dsdoctor.commands.smoke.plot import figure
+
+    rows = {r: [{"step": i, "loss": 7.5 - 0.01 * i, "lr": min(i, 5) * 4e-4, "mem_allocated_bytes": int(0.462 * GiB)
+                 + (i % 3) * 4 * MiB} for i in range(1, 41)] for r in (0, 1)}
+    fig = figure(rows, "resident memory per step", {"window": 10, "first": 7.44, "last": 7.14, "status": "PASS",
+                                                    "title": "Loss goes down"},
+                 {0: (int(0.47 * GiB), int(0.77 * GiB)), 1: (int(0.47 * GiB), int(0.77 * GiB))})
+    loss, lr, memory = fig.axes
+    assert loss.get_title() == "loss: PASS (Loss goes down)"
+    assert {t.get_text() for t in loss.get_legend().get_texts()} >= {"mean of first 10: 7.4400", "mean of last 10: 7.1400"}
+    assert [round(float(v), 6) for v in lr.lines[0].get_ydata()][:6] == [4e-4, 8e-4, 1.2e-3, 1.6e-3, 2e-3, 2e-3]
+    assert memory.get_ylim()[0] == 0
+    assert any("TRN604 accepts up to 0.77 GiB" in t.get_text() for t in memory.get_legend().get_texts())

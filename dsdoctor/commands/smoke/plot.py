@@ -11,8 +11,7 @@ GiB = 2 ** 30
 
 def make_plot(path: Path, rows_by_rank: dict[int, list[dict]], memory_label: str, loss_verdict: dict | None = None,
               memory_band: dict[int, tuple[float, float]] | None = None) -> Path | None:
-    """Write the PNG. ``loss_verdict``: {"window", "first", "last", "status", "title"} of the loss verdict;
-    ``memory_band``: per rank, (the first half's peak, the highest second-half peak TRN604 accepts), bytes. None without matplotlib."""
+    """Write the PNG of :func:`figure` to ``path``; None without matplotlib."""
     try:
         import matplotlib
 
@@ -20,6 +19,19 @@ def make_plot(path: Path, rows_by_rank: dict[int, list[dict]], memory_label: str
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    fig = figure(rows_by_rank, memory_label, loss_verdict, memory_band)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(rows_by_rank: dict[int, list[dict]], memory_label: str, loss_verdict: dict | None = None,
+           memory_band: dict[int, tuple[float, float]] | None = None):
+    """The three panels (loss, learning rate, memory) as a matplotlib Figure. ``loss_verdict``: {"window", "first",
+    "last", "status", "title"} of the loss verdict; ``memory_band``: per rank, (the first half's peak, the highest
+    second-half peak TRN604 accepts), bytes."""
+    import matplotlib.pyplot as plt
+
     fig, (ax1, ax3, ax2) = plt.subplots(1, 3, figsize=(14, 3.8))
     rows0 = rows_by_rank.get(0, [])
     steps = [r["step"] for r in rows0]
@@ -56,6 +68,4 @@ def make_plot(path: Path, rows_by_rank: dict[int, list[dict]], memory_label: str
     ax2.set_title(memory_label)
     ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
