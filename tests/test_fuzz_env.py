@@ -9,7 +9,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzing import budget, run
+from fuzzing import EXAMPLES, budget, run
 
 SECTIONS = ["versions", "toolchain", "gpu", "host", "network", "deep"]
 KEYS = ["torch", "torch_cuda", "deepspeed", "deepspeed_prebuilt_ops", "deepspeed_built_with", "nvcc_cuda", "gcc",
@@ -40,7 +40,7 @@ def test_env_from_never_crashes(tmp_path_factory, doc):
     run(["env", "--from", path, "--format", "json"], inputs=[path])
 
 
-@budget(20)
+@budget(max(20, EXAMPLES // 5))
 @given(raw=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode)))
 def test_env_from_bytes_never_crash(tmp_path_factory, raw):
     path = tmp_path_factory.mktemp("env") / "r.json"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzing import budget, run
+from fuzzing import EXAMPLES, budget, run
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_nccl_flags_never_crash(no_ranks, nproc, timeout, iters, sizes):
          ",".join(sizes), "--format", "json"])
 
 
-@budget(40)
+@budget(max(40, EXAMPLES // 4))
 @given(rank=number, world=number, local=number)
 def test_nccl_launcher_environment_never_crashes(no_ranks, rank, world, local):
     """Under a launcher this process is a rank: broken variables are one line; valid ones would need real peers, so
