@@ -312,6 +312,10 @@ def cpu_rank_problem(nproc: int, per_rank_bytes: int, cores: int | None = None,
     limit = min(by_cores, by_ram) if by_ram is not None else by_cores
     if nproc <= limit:
         return None
+    if by_ram == 0 and available:
+        return (f"one CPU rank of this model needs about {per_rank_bytes / 2 ** 30:.1f} GiB of RAM (the model in "
+                f"fp32 and the trainer) and {available / 2 ** 30:.1f} GiB is available here: run smoke on the GPU "
+                f"machine, or on a smaller shape of the model")
     ram = (f"{nproc} ranks need about {nproc * per_rank_bytes / 2 ** 30:.1f} GiB of RAM "
            f"({per_rank_bytes / 2 ** 30:.2f} GiB each) and {available / 2 ** 30:.1f} GiB is available"
            if available else "the available RAM is unknown")

@@ -272,7 +272,13 @@ def test_smoke_names_the_cores_and_the_ram_when_refusing_ranks(runner, tmp_path,
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     line = smoke_error(runner, tmp_path, "--nproc", "999")
     assert f"{_os.cpu_count()} core(s) allow {8 * _os.cpu_count()} (8 per core)" in line
-    assert "999 ranks need about 749.2 GiB of RAM (0.75 GiB each)" in line and "GiB is available" in line
+    from dsdoctor.commands.smoke import bundled_model, cpu_rank_bytes
+    from dsdoctor.commands.smoke.inputs import model_config
+
+    each = cpu_rank_bytes(model_config(bundled_model()), "lora", 999, bundled_model())
+    assert 0.75 * 2 ** 30 < each < 0.8 * 2 ** 30  # the trainer's footprint and 3.8 M parameters in fp32
+    assert f"999 ranks need about {999 * each / 2 ** 30:.1f} GiB of RAM ({each / 2 ** 30:.2f} GiB each)" in line
+    assert "GiB is available" in line
 
 
 def test_smoke_refuses_misspelled_lora_targets_before_launch_naming_the_layers(runner, tmp_path, no_launch):
@@ -338,3 +344,25 @@ def test_smoke_runs_a_config_on_the_world_size_it_was_written_for(runner, tmp_pa
                                  "--format", "json"])
     assert result.exit_code == 1 and [f["id"] for f in json.loads(result.stdout)["findings"]
                                       if f["severity"] == "error"] == ["DS102"]
+
+
+def test_smoke_refuses_a_7b_model_this_hosts_ram_cannot_hold_before_launch(runner, tmp_path, no_launch, monkeypatch):
+    """newcomer trial: a 7.6B model (about 29 GiB in fp32) on a 24 GiB host was launched and killed by the OOM killer
+    100 s later (the parameter count was read as 0: a property called as a method)."""
+    import shutil
+
+    from dsdoctor.reference_train import train
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    model = tmp_path / "qwen2.5-7b"
+    shutil.copytree(train.DEFAULT_MODEL, model)
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+        "max_position_embeddings": 32768, "tie_word_embeddings": False, "rms_norm_eps": 1e-6, "rope_theta": 1e6}))
+    from dsdoctor.launch import available_ram_bytes
+
+    if available_ram_bytes() and available_ram_bytes() > 40 * 2 ** 30:
+        pytest.skip("this host could hold a 7B model in fp32")
+    line = smoke_error(runner, tmp_path, "--model", str(model), "--nproc", "1")
+    assert "one CPU rank of this model needs about 29.1 GiB of RAM" in line and "GiB is available here" in line

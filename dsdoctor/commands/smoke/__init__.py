@@ -32,19 +32,35 @@ __all__ = ["MARKER", "RUN_OUTPUTS", "SmokeOptions", "Supervised", "bundled_model
            "run_smoke", "smoke", "supervise", "trainer_script"]
 
 
-def cpu_rank_bytes(config: dict, method: str, nproc: int) -> int:
+def weight_bytes(model: Path) -> int:
+    """Bytes of the weight files in a model directory (safetensors or PyTorch bin shards); 0 when it has none."""
+    total = 0
+    for pattern in ("*.safetensors", "*.bin"):
+        for f in model.glob(pattern):
+            try:
+                total += f.stat().st_size
+            except OSError:
+                pass
+    return total
+
+
+def cpu_rank_bytes(config: dict, method: str, nproc: int, model: Path | None = None) -> int:
     """Resident memory of one CPU rank: the trainer's own footprint on the bundled model
     (:data:`dsdoctor.launch.CPU_RANK_BYTES`) plus the model in fp32 (4 bytes a parameter) and, for full and freeze
     fine-tuning, gradients and Adam's two moments partitioned over the ranks (12 bytes a parameter / ranks, ZeRO-2)
-    where the parameter count is known from config.json (:func:`dsdoctor.models.arch_from_config`)."""
+    where the parameter count is known from config.json (:func:`dsdoctor.models.arch_from_config`), else from the
+    weight files' size (:func:`weight_bytes`)."""
     from dsdoctor.launch import CPU_RANK_BYTES
 
-    try:
-        from dsdoctor.models import arch_from_config
+    from dsdoctor.models import arch_from_config
+    from dsdoctor.report import DsdoctorError as _Unmodelled
 
-        params = arch_from_config(config, "--model", "config.json").total_params()
-    except Exception:  # noqa: BLE001 - an architecture the analytic count does not model: the base figure only
+    try:
+        params = arch_from_config(config, "--model", "config.json").total_params
+    except _Unmodelled:  # an architecture the analytic count does not model: the weights' size on disk instead
         params = 0
+    if not params and model is not None:
+        params = weight_bytes(model) // 2  # 16-bit weights on disk: 2 bytes a parameter
     extra = 12 * params // max(nproc, 1) if method in ("full", "freeze") else 0
     return CPU_RANK_BYTES["smoke"] + 4 * params + extra
 
@@ -79,7 +95,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
         fits = consistent_world_sizes(ds_config) or []
         if fits and nproc not in fits:
             runnable = [w for w in fits if (w <= gpus if gpus else
-                                            not cpu_rank_problem(w, cpu_rank_bytes(config, opts.method, w)))]
+                                            not cpu_rank_problem(w, cpu_rank_bytes(config, opts.method, w, model)))]
             if runnable:
                 nproc = runnable[0]
                 nproc_source = (f"the world size {opts.deepspeed}'s batch values hold on (train_batch_size "
@@ -88,7 +104,7 @@ def run_smoke(opts: SmokeOptions) -> Report:
                 nproc_source += (f"; {opts.deepspeed} holds on world size(s) {', '.join(map(str, fits[:6]))}, which "
                                  f"this machine cannot run")
     if not gpus:
-        problem = cpu_rank_problem(nproc, cpu_rank_bytes(config, opts.method, nproc))
+        problem = cpu_rank_problem(nproc, cpu_rank_bytes(config, opts.method, nproc, model))
         if problem:
             raise DsdoctorError(problem)
 
