@@ -80,7 +80,7 @@ ENV307 = rule(
     why="DeepSpeed's JIT builder sorts the entries with int(): the FusedAdam build dies at the first optimizer step "
         "with \"ValueError: invalid literal for int() with base 10: '0a'\" (seen on the H200 image, which sets 9.0a).",
     fix="export TORCH_CUDA_ARCH_LIST=9.0 (plain MAJOR.MINOR entries, e.g. \"8.0;9.0\")",
-    source="deepspeed/ops/op_builder/builder.py compute_capability_args; shared/FACTS.md")
+    source="deepspeed/ops/op_builder/builder.py compute_capability_args; seen on an H200 whose image sets 9.0a")
 ENV308 = rule(
     "ENV308", "warning", "TORCH_CUDA_ARCH_LIST does not cover the GPUs here",
     what="No entry of TORCH_CUDA_ARCH_LIST matches a GPU's compute capability (and no lower +PTX entry).",
@@ -225,7 +225,7 @@ ENV328 = rule(
     what="torch has no CUDA and NVML sees no NVIDIA GPU.",
     why="Fine for tests (gloo, bf16 only: the CPU accelerator refuses fp16), not for fine-tuning a 6B model.",
     fix="On a GPU machine install torch's CUDA build; here, keep bf16 and torch_adam for DeepSpeed on the CPU.",
-    source="deepspeed/accelerator/real_accelerator.py; shared/FACTS.md")
+    source="deepspeed/accelerator/real_accelerator.py; deepspeed/accelerator/cpu_accelerator.py (no fp16)")
 ENV329 = rule(
     "ENV329", "error", "a stale build lock blocks DeepSpeed's JIT op builds",
     what="A torch extensions build lock (<TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions>/<py>_<device>/<op>/lock) "

@@ -646,8 +646,8 @@ MEM504 = rule(
         "when the offloaded states are allocated, with no Python error.",
     fix="Offload fewer states (offload_optimizer only), NVMe offload, more nodes, fewer ranks per node, or load "
         "the model under ZeRO-3's zero.Init.",
-    source="deepspeed/runtime/zero/stage_1_and_2.py (pinned fp32 partitions); seen on the GPU machine "
-           "(shared/FACTS.md)")
+    source="deepspeed/runtime/zero/stage_1_and_2.py (pinned fp32 partitions); seen on an H200 host with 128 GiB: a 7B "
+           "full fine-tune with ZeRO-2 optimizer offload was killed")
 MEM505 = rule(
     "MEM505", "warning", "sequence longer than the model's context",
     what="--seq-len is above the model's max_position_embeddings / seq_length.",
@@ -666,7 +666,7 @@ MEM507 = rule(
     what="--method ptuning together with gradient checkpointing.",
     why="peft refuses it at the first forward: 'PREFIX_TUNING does not work with gradient checkpointing'.",
     fix="Use --no-grad-ckpt with ptuning (and budget the activations), or LoRA.",
-    source="peft/peft_model.py; seen in shared/FACTS.md")
+    source="peft/peft_model.py (PeftModel refuses prefix tuning under gradient checkpointing), seen with peft 0.21")
 MEM508 = rule(
     "MEM508", "warning", "world size assumed",
     what="Neither --gpus nor NVML gave the number of GPUs, so the estimate is for the world size it states (1 GPU "

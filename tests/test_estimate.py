@@ -653,3 +653,18 @@ def test_phases_bytes_are_gib_in_the_table(runner):
     out = runner.invoke(cli, ["estimate", "--model", "chatglm-6b", "--gpus", "1", "--gpu-mem", "80"]).stdout
     line = next(l for l in out.splitlines() if l.strip().startswith("phases_bytes"))
     assert "step 126.49 GiB" in line and not re.search(r"\d{9,}", line)
+
+
+def test_ptuning_gets_no_checkpointing_by_default_as_smoke_does():
+    """newcomer trial: `estimate --method ptuning` failed with MEM507 because of estimate's own --grad-ckpt default,
+    while smoke and the reference trainer turn checkpointing off for ptuning."""
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    result = CliRunner().invoke(cli, ["estimate", "--model", "chatglm3-6b", "--method", "ptuning", "--format", "json"])
+    data = json.loads(result.stdout)
+    assert "MEM507" not in [f["id"] for f in data["findings"]] and data["result"]["setup"]["grad_ckpt"] is False
+    asked = CliRunner().invoke(cli, ["estimate", "--model", "chatglm3-6b", "--method", "ptuning", "--grad-ckpt",
+                                     "--format", "json"])
+    assert "MEM507" in [f["id"] for f in json.loads(asked.stdout)["findings"]]  # asked for: still an error

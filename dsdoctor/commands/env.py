@@ -29,7 +29,7 @@ def host_ram_check(deepspeed: str, model: str, method: str, facts: dict) -> tupl
     gpus = len((facts.get("gpu") or {}).get("gpus") or []) or None
     estimate = run_estimate(model=model, zero=2, offload_optimizer="none", offload_param="none", method=method,
                             lora_r=8, lora_targets=None, lora_dropout=0.05, freeze_last=2, prefix_tokens=16,
-                            gpus=gpus, nodes=1, micro_batch=1, seq_len=1024, grad_ckpt=True, precision="bf16",
+                            gpus=gpus, nodes=1, micro_batch=1, seq_len=1024, grad_ckpt=method != "ptuning", precision="bf16",
                             deepspeed=deepspeed, gpu_mem=None, host_mem=ram / 2 ** 30, compare=False, explicit=set())
     return [f for f in estimate.findings if f.id == "MEM504"], estimate.result["host_bytes"]
 

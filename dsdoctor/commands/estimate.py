@@ -658,7 +658,9 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 @click.option("--grad-accum", type=Count(1, 1_000_000), default=1, show_default=True,
               help="gradient_accumulation_steps (kept with the micro batch when changes are proposed).")
 @click.option("--seq-len", type=Count(1, 10_000_000), default=1024, show_default=True)
-@click.option("--grad-ckpt/--no-grad-ckpt", default=True, show_default=True, help="Gradient checkpointing.")
+@click.option("--grad-ckpt/--no-grad-ckpt", default=None,
+              help="Gradient checkpointing (default: on, except for ptuning, which peft refuses with it: as the "
+                   "reference trainer and smoke do).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--deepspeed", default=None, metavar="ds_config.json",
               help="Take stage, offload, batch, precision and bucket sizes from this config.")
@@ -676,6 +678,8 @@ def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora
     """Per-GPU memory of a DeepSpeed fine-tuning run: model states by ZeRO stage, activations, logits, buffers,
     allocator and CUDA context, against the GPU's memory; what fits, and the fastest setups that do."""
     ctx = click.get_current_context()
+    if grad_ckpt is None:  # our default must not make an error of the user's method (MEM507)
+        grad_ckpt = method != "ptuning"
     explicit = {name for name in ("zero", "offload_optimizer", "offload_param", "micro_batch", "precision",
                                   "grad_accum")
                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
