@@ -366,3 +366,32 @@ def test_smoke_refuses_a_7b_model_this_hosts_ram_cannot_hold_before_launch(runne
         pytest.skip("this host could hold a 7B model in fp32")
     line = smoke_error(runner, tmp_path, "--model", str(model), "--nproc", "1")
     assert "one CPU rank of this model needs about 29.1 GiB of RAM" in line and "GiB is available here" in line
+
+
+def _chatglm3_dir(tmp_path, with_code: bool):
+    import shutil
+
+    from dsdoctor.reference_train import train
+
+    model = tmp_path / "chatglm3-6b"
+    shutil.copytree(train.DEFAULT_MODEL, model)
+    (model / "config.json").write_text(json.dumps({  # THUDM/chatglm3-6b config.json (the shape fields)
+        "model_type": "chatglm", "architectures": ["ChatGLMModel"], "num_layers": 28, "hidden_size": 4096,
+        "ffn_hidden_size": 13696, "kv_channels": 128, "num_attention_heads": 32, "multi_query_attention": True,
+        "multi_query_group_num": 2, "padded_vocab_size": 65024, "seq_length": 8192,
+        "auto_map": {"AutoConfig": "configuration_chatglm.ChatGLMConfig",
+                     "AutoModel": "modeling_chatglm.ChatGLMForConditionalGeneration",
+                     "AutoModelForCausalLM": "modeling_chatglm.ChatGLMForConditionalGeneration"}}))
+    if with_code:
+        (model / "configuration_chatglm.py").write_text("# the repository's code\n")
+    return model
+
+
+def test_smoke_refuses_a_remote_code_model_before_launch_naming_the_flag(runner, tmp_path, no_launch):
+    """newcomer trial: a ChatGLM3 directory launched, then failed with LOG802 and a fix for other tools."""
+    line = smoke_error(runner, tmp_path, "--model", str(_chatglm3_dir(tmp_path, with_code=False)))
+    assert "its auto_map runs the model's own code (configuration_chatglm.py, modeling_chatglm.py)" in line
+    assert line.endswith("add --trust-remote-code")
+    (tmp_path / "chatglm3-6b" / "configuration_chatglm.py").write_text("# the repository's code\n")
+    line = smoke_error(runner, tmp_path, "--model", str(tmp_path / "chatglm3-6b"), "--trust-remote-code")
+    assert "auto_map names modeling_chatglm.py, which is not in the directory (nothing is downloaded)" in line

@@ -135,6 +135,7 @@ def validate_options(opts: SmokeOptions, model: Path, config: dict) -> None:
         raise DsdoctorError(f"--freeze-last goes with --method freeze (--method {opts.method} would ignore it)")
     if opts.lora_targets is not None and opts.method != "lora":
         raise DsdoctorError(f"--lora-targets goes with --method lora (--method {opts.method} would ignore it)")
+    check_remote_code(model, config, opts.trust_remote_code)
     layers = layer_count(config)
     if opts.freeze_last is not None:
         if opts.freeze_last < 1:
@@ -147,6 +148,53 @@ def validate_options(opts: SmokeOptions, model: Path, config: dict) -> None:
         if not targets:
             raise DsdoctorError("--lora-targets is empty; give module names like q_proj,v_proj")
         check_lora_targets(config, targets, model, opts.trust_remote_code)
+
+
+def remote_code_files(model: Path, config: dict) -> list[str] | None:
+    """The Python files a model directory's ``auto_map`` (config.json, and tokenizer_config.json) points at, when
+    transformers needs them: ``auto_map`` present and the ``model_type`` not one transformers implements itself
+    (``transformers/dynamic_module_utils.py`` ``resolve_trust_remote_code``: local code wins when it exists). None
+    when no remote code is needed."""
+    from dsdoctor import meta_count
+
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and meta_count.transformers_knows(model_type):
+        return None
+    maps = [config.get("auto_map")]
+    try:
+        tokenizer = json.loads((model / "tokenizer_config.json").read_text(encoding="utf-8"))
+        maps.append(tokenizer.get("auto_map") if isinstance(tokenizer, dict) else None)
+    except (OSError, ValueError):
+        pass
+    files = []
+    for auto_map in maps:
+        if not isinstance(auto_map, dict):
+            continue
+        for value in auto_map.values():
+            for ref in value if isinstance(value, list) else [value]:
+                if isinstance(ref, str) and "." in ref:  # "repo--modeling_chatglm.ChatGLMModel" or "modeling_x.Cls"
+                    files.append(ref.split("--")[-1].rsplit(".", 1)[0] + ".py")
+    return sorted(set(files)) or None
+
+
+def check_remote_code(model: Path, config: dict, trust_remote_code: bool) -> None:
+    """A model that needs its own code (ChatGLM, Baichuan, InternLM2's original repositories) is refused before launch
+    without --trust-remote-code (the ranks would fail or wait for transformers' prompt: LOG802), and with it when the
+    files its ``auto_map`` names are not in the directory (nothing is downloaded). Raises DsdoctorError."""
+    from dsdoctor.files import shown
+
+    files = remote_code_files(model, config)
+    if not files:
+        return
+    if not trust_remote_code:
+        raise DsdoctorError(f"--model {shown(str(model))}: its auto_map runs the model's own code "
+                            f"({', '.join(files[:4])}), which transformers runs only when trusted: read it, then add "
+                            f"--trust-remote-code")
+    missing = [f for f in files if not (model / f).is_file()]
+    if missing:
+        raise DsdoctorError(f"--model {shown(str(model))}: auto_map names {', '.join(missing[:4])}, which "
+                            f"{'is' if len(missing) == 1 else 'are'} not in the directory (nothing is downloaded): "
+                            f"copy the model repository's .py files into it")
 
 
 def check_lora_targets(config: dict, targets: list[str], model: Path, trust_remote_code: bool) -> None:
