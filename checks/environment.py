@@ -578,7 +578,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                          "output_dir": output_dir, "output_dir_free": _free_bytes(output_dir)}
     if "network" in sections:
         facts["network"] = {k: env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG",
-                                                     "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT",
+                                                     "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT", "DEEPSPEED_TIMEOUT",
                                                      "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
         facts["network"]["interfaces"] = _interfaces()
         addresses = facts["network"]["addresses"] = interface_addresses()

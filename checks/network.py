@@ -7,6 +7,7 @@ import errno
 import os
 import re
 import socket
+from pathlib import Path
 
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
@@ -113,6 +114,26 @@ NET409 = rule(
          "rank, and the sweep ran.", why="", fix="", source="dsdoctor nccl")
 
 
+def deepspeed_timeout_minutes() -> int | None:
+    """DeepSpeed's default collective timeout in minutes, read from the installed ``deepspeed/constants.py``
+    (``default_pg_timeout = timedelta(minutes=int(os.getenv("DEEPSPEED_TIMEOUT", default=N)))``) without importing
+    it; None where DeepSpeed is absent or the line has another form."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("deepspeed")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "constants.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    found = re.search(r"DEEPSPEED_TIMEOUT[\"']\s*,\s*default\s*=\s*(\d+)", text)
+    return int(found.group(1)) if found else None
+
+
 def network_findings(net: dict, euid: int | None = None, gpus: list | None = None, live: bool = True) -> list[Finding]:
     """NET4xx findings on the distributed variables ``net`` (``dsdoctor env``'s network facts): the interface
     NCCL_SOCKET_IFNAME selects, NCCL_DEBUG, disabled transports (not P2P on RTX 40xx, where disabling it is the fix,
@@ -131,6 +152,10 @@ def network_findings(net: dict, euid: int | None = None, gpus: list | None = Non
                 and not (consumer and k == "NCCL_P2P_DISABLE")]
     if disabled:
         out.append(NET404.finding(", ".join(f"{k}=1" for k in disabled)))
+    if (net.get("NCCL_TIMEOUT") or "").strip():
+        ds = net.get("DEEPSPEED_TIMEOUT")
+        out.append(NET414.finding(f"NCCL_TIMEOUT={str(net['NCCL_TIMEOUT'])[:40]}; DEEPSPEED_TIMEOUT="
+                                  f"{ds if ds else '(unset: DeepSpeed waits ' + str(deepspeed_timeout_minutes() or 10) + ' minutes)'}"))
     port = (net.get("MASTER_PORT") or "").strip()
     if port.isdecimal() and 0 < int(port) < 1024 and euid not in (None, 0):
         out.append(NET406.finding(f"MASTER_PORT={port}; running as uid {euid}"))
@@ -334,6 +359,17 @@ NET413 = rule(
     "NET413", "ok", "busbw is what the link should give",
     what="The all-reduce's bus bandwidth at the largest size is at least half of the peak of the slowest link.",
     why="", fix="", source="nccl-tests doc/PERFORMANCE.md; NVIDIA datasheets and PCI-SIG rates")
+NET414 = rule(
+    "NET414", "warning", "NCCL_TIMEOUT is read by nothing",
+    what="NCCL_TIMEOUT is set (tutorials tell readers to export it), but NCCL, PyTorch, DeepSpeed, transformers and "
+         "accelerate read no such variable.",
+    why="The collective timeout stays what the launcher's library sets: DeepSpeed's init_distributed uses "
+        "DEEPSPEED_TIMEOUT (minutes; 10 by default in DeepSpeed 0.19), the HF Trainer its ddp_timeout (1800 s). A "
+        "long preprocessing step or a slow first save then hits the watchdog (LOG801) the user thought was raised.",
+    fix="export DEEPSPEED_TIMEOUT=MINUTES for deepspeed.init_distributed; with the HF Trainer, --ddp_timeout SECONDS; "
+        "in your own init_process_group, timeout=datetime.timedelta(...).",
+    source="deepspeed/constants.py default_pg_timeout; transformers/training_args.py ddp_timeout; NCCL's "
+           "environment variables (docs.nvidia.com/deeplearning/nccl, env.html): no NCCL_TIMEOUT")
 
 
 def link_between(gpus: list[dict], ib_bits_per_s: float = 0.0, nic_bits_per_s: float = 0.0,

@@ -170,3 +170,19 @@ def test_busbw_verdicts():
 def test_busbw_not_judged(world, backend, link, size, why):
     [finding] = busbw_findings(sweep_of(1e9, size), world, backend, link)
     assert (finding.id, finding.severity) == ("NET413", "info") and finding.evidence.startswith(why)
+
+
+def test_nccl_timeout_is_read_by_nothing():
+    """newcomer trial: tutorial 2 tells readers to export NCCL_TIMEOUT=1800; no library reads it, so the run keeps
+    DeepSpeed's 10-minute (DEEPSPEED_TIMEOUT) collective timeout, the one LOG801 then explains."""
+    from dsdoctor.checks.network import deepspeed_timeout_minutes, network_findings
+
+    (f,) = [f for f in network_findings({"NCCL_TIMEOUT": "1800"}, live=False) if f.id == "NET414"]
+    assert f.severity == "warning"
+    assert f.evidence == f"NCCL_TIMEOUT=1800; DEEPSPEED_TIMEOUT=(unset: DeepSpeed waits {deepspeed_timeout_minutes()} minutes)"
+    assert deepspeed_timeout_minutes() == 10  # DeepSpeed 0.19.8's deepspeed/constants.py
+    assert "DEEPSPEED_TIMEOUT" in f.fix and "--ddp_timeout" in f.fix
+    (g,) = [f for f in network_findings({"NCCL_TIMEOUT": "1800", "DEEPSPEED_TIMEOUT": "60"}, live=False)
+            if f.id == "NET414"]
+    assert g.evidence.endswith("DEEPSPEED_TIMEOUT=60")
+    assert not [f for f in network_findings({"DEEPSPEED_TIMEOUT": "60"}, live=False) if f.id == "NET414"]
