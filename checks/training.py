@@ -109,6 +109,15 @@ TRN611 = rule(
     fix="To judge the loss itself, run the same config on the real model (--model DIR with its weights), or give the "
         "bundled model a learning rate it learns at in this many steps (see the evidence).",
     source="dsdoctor smoke; reference_train/train.py parameter_change")
+TRN612 = rule(
+    "TRN612", "error", "The config cannot run on this machine's device",
+    what="smoke would run the ds_config here on DeepSpeed's CPU accelerator (no GPU visible), and the config enables "
+         "fp16, which that accelerator refuses.",
+    why="Every rank fails at deepspeed.initialize ('Type fp16 is not supported on your device'), about ten seconds "
+        "after launch. That is this machine, not a fault of a config written for GPUs.",
+    fix="Smoke the config on the GPU machine it is for; here, a copy with \"fp16\": {\"enabled\": false} and "
+        "\"bf16\": {\"enabled\": true} checks everything else.",
+    source="deepspeed/accelerator/cpu_accelerator.py (supported dtypes: bf16, fp32)")
 
 # What DeepSpeed's own messages mean, for the fix of TRN607/TRN610 (seen on DeepSpeed 0.19.8, shared/FACTS.md).
 KNOWN_CAUSES: list[tuple[str, str]] = [
@@ -203,22 +212,22 @@ def loss_verdicts(losses: list[float], window: int = 10, margin: float = 0.03, *
     if change:
         evidence += (f"; trainable parameters moved by {change.get('relative_change', 0):.2e} (relative L2), "
                      f"{change.get('tensors_changed')} of {change.get('tensors')} tensors changed")
-    if change and not change.get("tensors_changed"):
+    if lr_peak == 0:
+        findings.append(TRN601.finding(evidence, title="The learning rate was 0 at every step",
+                                       fix="Set optimizer.params.lr and the scheduler's warmup_max_lr above 0; a "
+                                           "warmup longer than the run stays near warmup_min_lr."))
+    elif change and not change.get("tensors_changed"):
         findings.append(TRN601.finding(evidence, title="The optimizer changed no trainable parameter",
                                        fix="The optimizer steps but nothing it holds moves: pass the trainable "
                                            "parameters to deepspeed.initialize(model_parameters=...), check that "
                                            "the learning rate is not 0 and that gradients reach them (labels not "
                                            "all -100, no torch.no_grad around the forward)."))
-    elif lr_peak == 0:
-        findings.append(TRN601.finding(evidence, title="The learning rate was 0 at every step",
-                                       fix="Set optimizer.params.lr and the scheduler's warmup_max_lr above 0; a "
-                                           "warmup longer than the run stays near warmup_min_lr."))
     elif change and context.get("random_init"):
         method = context.get("method", "lora")
         needed = BUNDLED_LEARNS_AT.get(method)
         what = "the bundled tiny model" if context.get("bundled_model") else "a config.json without weights"
         conclusive = (f"on {what}, a peak learning rate of at least {needed:g} for {method}, reached within the "
-                      f"first 10 of 100 steps (yours: {lr_peak:.3g})"
+                      f"first 10 steps of a 100-step run (yours: {lr_peak:.3g} in {len(losses)} steps)"
                       if needed and lr_peak is not None and context.get("bundled_model")
                       else "more steps or a larger learning rate")
         findings.append(TRN611.finding(

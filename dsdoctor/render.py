@@ -29,7 +29,9 @@ def _scalar_items(result: dict[str, Any]) -> list[tuple[str, str]]:
     """Top-level result values that read well in one cell (numbers, strings, short lists)."""
     rows = []
     for key, value in result.items():
-        if isinstance(value, (str, int, float, bool)) or value is None:
+        if value is None:  # not measured or not applicable: nothing to read in a table (the JSON keeps the key)
+            continue
+        if isinstance(value, (str, int, float, bool)):
             rows.append((key, _cell(key, value)))
         elif isinstance(value, list) and 0 < len(value) <= 8 and all(
                 isinstance(v, (str, int, float, bool)) or v is None for v in value):

@@ -1,6 +1,7 @@
-"""The instruction data formats the reference trainer reads, as plain Python (no torch): one JSON object per line.
+"""The instruction data formats the reference trainer reads, as plain Python (no torch).
 
-Three shapes, the ones LLaMA-Factory's dataset_info.json and the tutorials use:
+One JSON object per line, or one JSON array of them (LLaMA-Factory's dataset files), in three shapes, the ones
+LLaMA-Factory's dataset_info.json and the tutorials use:
 
 - Alpaca: ``{"instruction": ..., "input": ... (optional), "output": ...}`` (the tutorials' ``train.json``);
 - prompt/response: ``{"prompt": ..., "response": ...}`` (ChatGLM's and many SFT sets; ``query`` is taken for
@@ -38,6 +39,13 @@ class Record:
     def flat_prompt(self) -> str:
         """The prompt as one instruction text, for a tokenizer without a chat template: earlier turns first."""
         return "\n".join(content for _, content in self.prompt)
+
+
+class _Malformed:
+    """A line that is not JSON, with why."""
+
+    def __init__(self, why: str):
+        self.why = why
 
 
 class DataProblems(Exception):
@@ -124,37 +132,49 @@ def read_records(text: str, name: str) -> list[Record]:
     """Every record of the JSON-lines ``text`` (the file ``name``), or DataProblems listing every bad line at once:
     DATA702 for malformed lines, DATA701 for samples whose answer is empty (nothing to learn: an all -100 label row
     gives a NaN loss)."""
-    if text.lstrip().startswith("["):
-        raise DataProblems("DATA702", f"{name}: one JSON array, not JSON lines: write one object per line "
-                                      f"(python -c \"import json,sys; [print(json.dumps(r, ensure_ascii=False)) "
-                                      f"for r in json.load(open(sys.argv[1]))]\" FILE > FILE.jsonl)")
-    records, malformed, empty = [], [], []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte-order mark (Windows editors write one)
+    if text.lstrip().startswith("["):  # one JSON array of records, as LLaMA-Factory's dataset files are
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            malformed.append(f"line {line_no}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
-        except (ValueError, RecursionError):
-            malformed.append(f"line {line_no}: not JSON")
+            rows = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            where = f" ({exc.msg} at line {exc.lineno} column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise DataProblems("DATA702", f"{name}: starts like a JSON array but is not valid JSON{where}") from None
+        items = [(f"record {i}", i, row) for i, row in enumerate(rows, start=1)] if isinstance(rows, list) else []
+        if not isinstance(rows, list):
+            raise DataProblems("DATA702", f"{name}: not a JSON array of records")
+    else:
+        items = []
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append((f"line {line_no}", line_no, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                items.append((f"line {line_no}", line_no, _Malformed(f"not JSON ({exc.msg} at column {exc.colno})")))
+            except (ValueError, RecursionError):
+                items.append((f"line {line_no}", line_no, _Malformed("not JSON")))
+    records, malformed, empty = [], [], []
+    for where, line_no, row in items:
+        if isinstance(row, _Malformed):
+            malformed.append(f"{where}: {row.why}")
             continue
         record, problems = parse_row(row, line_no)
         if problems:
-            malformed.append(f"line {line_no}: " + "; ".join(problems))
+            malformed.append(f"{where}: " + "; ".join(problems))
         elif not record.answer.strip():
-            empty.append(line_no)
+            empty.append(where)
         else:
             records.append(record)
     if malformed:
-        raise DataProblems("DATA702", f"{name}: {len(malformed)} malformed line(s): "
+        unit = "record(s)" if malformed[0].startswith("record") else "line(s)"
+        raise DataProblems("DATA702", f"{name}: {len(malformed)} malformed {unit}: "
                                       + "; ".join(malformed[:SHOWN_PROBLEMS])
                                       + (" ..." if len(malformed) > SHOWN_PROBLEMS else ""))
     if empty:
-        lines = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
+        kind = "record(s)" if empty[0].startswith("record") else "line(s)"
+        lines = ", ".join(w.split()[1] for w in empty[:10]) + (" ..." if len(empty) > 10 else "")
         raise DataProblems("DATA701", f"{name}: {len(empty)} sample(s) have no answer token (an empty answer): "
-                                      f"line(s) {lines}")
+                                      f"{kind} {lines}")
     if not records:
         raise DataProblems("DATA702", f"{name}: no samples")
     return records

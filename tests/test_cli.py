@@ -18,7 +18,7 @@ DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111"
           "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
           "DS143", "DS144", "DS145", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 9)]
-ALL_IDS = ([f"TRN6{i:02d}" for i in range(12)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM50{i}" for i in range(9)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(13)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM50{i}" for i in range(9)]
            + [f"ENV3{i:02d}" for i in range(30)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414"]
            + ["LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807"]
            + DS_IDS + HF_IDS)
@@ -263,7 +263,8 @@ def test_smoke_shaping_flags_do_not_go_with_a_users_config(runner, tmp_path, no_
     cfg = tmp_path / "ds.json"
     cfg.write_text('{"train_micro_batch_size_per_gpu": 2}')
     line = smoke_error(runner, tmp_path, "--deepspeed", str(cfg), "--lr", "2e-4", "--zero", "3")
-    assert "--lr, --zero shape(s) the default config only; with --deepspeed your file decides" in line
+    assert ("--lr and --zero set smoke's default config only; with --deepspeed your file decides: set "
+            "optimizer.params.lr and zero_optimization.stage there") in line
 
 
 def test_smoke_names_the_cores_and_the_ram_when_refusing_ranks(runner, tmp_path, no_launch, monkeypatch):
@@ -395,3 +396,34 @@ def test_smoke_refuses_a_remote_code_model_before_launch_naming_the_flag(runner,
     (tmp_path / "chatglm3-6b" / "configuration_chatglm.py").write_text("# the repository's code\n")
     line = smoke_error(runner, tmp_path, "--model", str(tmp_path / "chatglm3-6b"), "--trust-remote-code")
     assert "auto_map names modeling_chatglm.py, which is not in the directory (nothing is downloaded)" in line
+
+
+def test_smoke_says_before_launch_that_fp16_cannot_run_on_the_cpu(runner, tmp_path, no_launch, monkeypatch):
+    """newcomer trial: an fp16 config failed only after launch (TRN610, about 10 s) on a machine without a GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": True},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2}}))
+    result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / "out"), "--deepspeed", str(cfg), "--format", "json"])
+    errors = [f for f in json.loads(result.stdout)["findings"] if f["severity"] == "error"]
+    assert result.exit_code == 1 and [f["id"] for f in errors] == ["TRN612"]
+    assert "no GPU visible here" in errors[0]["evidence"] and not (tmp_path / "out").exists()
+
+
+def test_smoke_does_not_crawl_a_config_for_8_gpus_onto_2_cores_but_names_the_nproc(runner, tmp_path, monkeypatch):
+    import os as _os
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    if (_os.cpu_count() or 1) >= 4:
+        pytest.skip("8 ranks are at most 2 a core here")
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4, "zero_optimization": {"stage": 2},
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}))
+    result = runner.invoke(cli, ["smoke", "--out", str(tmp_path / "out"), "--deepspeed", str(cfg), "--format", "json"])
+    data = json.loads(result.stdout)
+    (error,) = [f for f in data["findings"] if f["severity"] == "error"]
+    assert result.exit_code == 1 and error["id"] == "DS102"
+    assert "give --nproc 8 to run it on as many CPU ranks" in data["result"]["world_size_source"]

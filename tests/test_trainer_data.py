@@ -294,12 +294,23 @@ def test_a_tokenizer_chat_template_is_used_when_present(tokenizer):
     assert chat.decode(train.format_prompt(chat, "Q: {instruction} A:", [("user", "hi\nx")])) == "Q: hi\nx A:"
 
 
-def test_a_json_array_file_and_a_binary_file_are_data702(tokenizer, tmp_path):
+def test_a_json_array_file_is_read_as_llama_factory_writes_them(tokenizer, tmp_path):
+    """newcomer trial: LLaMA-Factory's dataset files (alpaca_zh_demo.json) are one JSON array; they were refused."""
     array = tmp_path / "a.json"
-    array.write_text(json.dumps([{"instruction": "x", "output": "y"}] * 3))
+    array.write_text(json.dumps([{"instruction": "x", "output": "y"}] * 3 + [{"prompt": "p", "response": "r"}]))
+    assert len(train.build_dataset(str(array), tokenizer, "auto", 256)) == 4
+    bom = tmp_path / "bom.jsonl"  # a UTF-8 byte-order mark, as Windows editors write
+    bom.write_bytes("\ufeff".encode() + json.dumps({"instruction": "x", "output": "y"}).encode() + b"\n")
+    assert len(train.build_dataset(str(bom), tokenizer, "auto", 256)) == 1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"instruction": "x", "output": "y"}, 3]))
+    with pytest.raises(train.SetupError, match="1 malformed record\\(s\\): record 2: a JSON number, not an object"):
+        train.build_dataset(str(bad), tokenizer, "auto", 256)
+
+
+def test_a_binary_file_is_data702(tokenizer, tmp_path):
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    for path, text in ((array, "one JSON array, not JSON lines"), (binary, "not UTF-8 text (byte 0)")):
-        with pytest.raises(train.SetupError) as err:
-            train.build_dataset(str(path), tokenizer, "auto", 256)
-        assert err.value.rule == "DATA702" and text in str(err.value)
+    with pytest.raises(train.SetupError) as err:
+        train.build_dataset(str(binary), tokenizer, "auto", 256)
+    assert err.value.rule == "DATA702" and "not UTF-8 text (byte 0)" in str(err.value)

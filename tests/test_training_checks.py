@@ -393,7 +393,8 @@ def test_a_flat_loss_on_the_bundled_random_init_with_moving_parameters_is_inconc
     assert (f.id, f.severity) == ("TRN611", "warning")
     assert "peak learning rate applied 2e-05" in f.evidence and "16 of 16 tensors changed" in f.evidence
     assert "the bundled tiny model, a random init" in f.evidence
-    assert ("at least 5e-05 for lora, reached within the first 10 of 100 steps (yours: 2e-05)" in f.fix
+    assert ("at least 5e-05 for lora, reached within the first 10 steps of a 100-step run (yours: 2e-05 in 100 "
+            "steps)" in f.fix
             and training.BUNDLED_LEARNS_AT["lora"] == 5e-5)
     assert "--model DIR with its weights" in f.fix and "labels" not in f.fix  # the user's setup is not blamed
 
@@ -408,6 +409,9 @@ def test_a_flat_loss_with_no_parameter_moved_is_a_setup_error_even_on_the_random
 def test_a_zero_learning_rate_is_a_setup_error():
     (f,) = loss_verdicts(FLAT, context={"parameter_change": MOVED, "lr_peak": 0.0, "random_init": True})
     assert (f.id, f.severity, f.title) == ("TRN601", "error", "The learning rate was 0 at every step")
+    # newcomer trial: with lr 0 nothing moves either; the learning rate is named, not model_parameters
+    (g,) = loss_verdicts(FLAT, context={"parameter_change": {**MOVED, "tensors_changed": 0}, "lr_peak": 0.0})
+    assert g.title == "The learning rate was 0 at every step" and "model_parameters" not in g.fix
 
 
 def test_a_flat_loss_on_real_weights_stays_an_error():

@@ -25,7 +25,14 @@ def rules_report(rule_id: str | None = None) -> Report:
         if key not in rules:
             import difflib
 
-            close = difflib.get_close_matches(key, list(rules), n=3, cutoff=0.6)
+            import re
+
+            # a letter typed for a digit (TRN6O1, DS1l0) first, then what difflib finds close
+            family, number = re.match(r"([A-Z]*)(.*)", key).groups()
+            typo = family + number.translate(str.maketrans("OILS", "0115"))
+            close = ([typo] if typo in rules else []) + [
+                k for k in difflib.get_close_matches(key, list(rules), n=3, cutoff=0.6) if k != typo]
+            close = close[:3]
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise DsdoctorError(f"unknown rule {rule_id[:40]!r}{hint} (`dsdoctor rules` lists {len(rules)} rules)")
         rules = {key: rules[key]}

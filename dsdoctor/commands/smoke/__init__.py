@@ -94,15 +94,19 @@ def run_smoke(opts: SmokeOptions) -> Report:
 
         fits = consistent_world_sizes(ds_config) or []
         if fits and nproc not in fits:
-            runnable = [w for w in fits if (w <= gpus if gpus else
+            # on the CPU at most 2 ranks a core: a config for 8 GPUs would crawl on 2 cores (3 minutes for 10 steps)
+            runnable = [w for w in fits if (w <= gpus if gpus else w <= 2 * (os.cpu_count() or 1) and
                                             not cpu_rank_problem(w, cpu_rank_bytes(config, opts.method, w, model)))]
             if runnable:
                 nproc = runnable[0]
                 nproc_source = (f"the world size {opts.deepspeed}'s batch values hold on (train_batch_size "
                                 f"{ds_config.get('train_batch_size')}); --nproc overrides")
             else:
-                nproc_source += (f"; {opts.deepspeed} holds on world size(s) {', '.join(map(str, fits[:6]))}, which "
-                                 f"this machine cannot run")
+                nproc_source += (f"; {opts.deepspeed} holds on world size(s) {', '.join(map(str, fits[:6]))}: give "
+                                 f"--nproc {fits[0]} to run it on as many CPU ranks (slow on {os.cpu_count()} cores), "
+                                 f"or smoke it on the GPU machine" if not gpus else
+                                 f"; {opts.deepspeed} holds on world size(s) {', '.join(map(str, fits[:6]))}, more "
+                                 f"than the {gpus} GPU(s) here")
     if not gpus:
         problem = cpu_rank_problem(nproc, cpu_rank_bytes(config, opts.method, nproc, model))
         if problem:
@@ -129,6 +133,12 @@ def run_smoke(opts: SmokeOptions) -> Report:
             report.add(ENV329.finding(f"{lock.path} (op {lock.op}, {lock.age_s:.0f} s old): no live process holds it "
                                       f"open and no compiler works on it; the ranks would wait on it forever",
                                       fix=f"rm {lock.path}  # then run again: the op is rebuilt once"))
+    fp16 = ds_config.get("fp16") if isinstance(ds_config, dict) else None
+    if not gpus and isinstance(fp16, dict) and fp16.get("enabled") is True:
+        from dsdoctor.checks.training import TRN612
+
+        report.add(TRN612.finding(f"{opts.deepspeed}: fp16.enabled true; no GPU visible here (CUDA_VISIBLE_DEVICES="
+                                  f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}, NVML: none)"))
     if ds_config is not None and opts.check:
         from dsdoctor.checks.deepspeed_config import CheckContext, check_config
 

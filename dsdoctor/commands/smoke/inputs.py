@@ -128,9 +128,11 @@ def validate_options(opts: SmokeOptions, model: Path, config: dict) -> None:
     shaping = [name for name, value in (("--lr", opts.learning_rate), ("--zero", opts.zero),
                                         ("--micro-batch", opts.micro_batch)) if value is not None]
     if opts.deepspeed is not None and shaping:
-        raise DsdoctorError(f"{', '.join(shaping)} shape(s) the default config only; with --deepspeed your file "
-                            f"decides: set it there (optimizer.params.lr, zero_optimization.stage, "
-                            f"train_micro_batch_size_per_gpu)")
+        where = {"--lr": "optimizer.params.lr", "--zero": "zero_optimization.stage",
+                 "--micro-batch": "train_micro_batch_size_per_gpu"}
+        raise DsdoctorError(f"{' and '.join(shaping)} {'sets' if len(shaping) == 1 else 'set'} smoke's default config "
+                            f"only; with --deepspeed your file decides: set "
+                            f"{' and '.join(where[name] for name in shaping)} there")
     if opts.freeze_last is not None and opts.method != "freeze":
         raise DsdoctorError(f"--freeze-last goes with --method freeze (--method {opts.method} would ignore it)")
     if opts.lora_targets is not None and opts.method != "lora":

@@ -59,7 +59,8 @@ def environment_evidence(env: dict) -> str:
             f"world {env.get('world_size')} = {env.get('train_batch_size')}")
 
 
-def timeout_finding(rows_by_rank: dict[int, list[dict]], nproc: int, steps: int, timeout_s: float, builds: list[dict]):
+def timeout_finding(rows_by_rank: dict[int, list[dict]], nproc: int, steps: int, timeout_s: float, builds: list[dict],
+                    started: bool = True):
     """TRN608, always an error: a run that did not finish proved neither its loss nor its save. The title and fix say
     whether it was still advancing (slow, not hung), still building an op, or stopped."""
     from dsdoctor.checks import training
@@ -84,6 +85,13 @@ def timeout_finding(rows_by_rank: dict[int, list[dict]], nproc: int, steps: int,
                        f"{build['path']})", title="Run timed out while DeepSpeed's op was still building",
             fix="A first JIT build takes a minute or more on few cores: raise --timeout, or build it once beforehand "
                 "(dsdoctor env --build-ops ds_config.json).")
+    if not started and not any(seen.values()):  # run_env.json is written after deepspeed.initialize
+        return training.TRN608.finding(
+            evidence + "; no rank finished starting (loading the model, deepspeed.initialize)",
+            title="Run timed out before its ranks finished starting",
+            fix="Start-up alone (imports, building or loading the model, DeepSpeed's first op builds) takes tens of "
+                "seconds on a CPU and minutes for a large model: raise --timeout. If it stays stuck there, the "
+                "ranks' last lines in train.log show where (a rendezvous waiting for a rank, a lock, a download).")
     return training.TRN608.finding(evidence)
 
 
@@ -121,7 +129,8 @@ def judge_run(report: Report, out: Path, opts, nproc: int, supervised, device_ty
             f"process holds open and no compiler works on; the run was stopped after "
             f"{supervised.wall_s:.0f} s", fix=f"rm {lock['path']}  # then run again: the op is rebuilt once"))
     elif supervised.timed_out:
-        report.add(timeout_finding(rows_by_rank, nproc, opts.steps, opts.timeout_s, supervised.builds))
+        report.add(timeout_finding(rows_by_rank, nproc, opts.steps, opts.timeout_s, supervised.builds,
+                                   started=run_env is not None))
     elif supervised.returncode != 0 or errors:
         for finding in training.failure_findings(errors, supervised.returncode, log_tail):
             report.add(finding)
