@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dsdoctor.models.analytic import (
     _DTYPES,
+    ANALYTIC_TYPES,
     CONFIG_DEFAULTS,
     KV_HEADS_DEFAULT,
     NEUTRAL_KEYS,
@@ -28,6 +29,7 @@ from dsdoctor.models.analytic import (
     SIZE_LIMITS,
     TRANSFORMERS_FAMILIES,
     arch_from_config,
+    is_analytic,
     unmodeled_keys,
 )
 from dsdoctor.models.arch import Arch, Linear
@@ -103,15 +105,21 @@ def is_local(spec: str) -> bool:
 def resolve_arch(spec: str) -> Arch:
     """The :class:`Arch` of a registry name or a local model directory / ``config.json``.
 
+    A config of one of :data:`dsdoctor.models.analytic.ANALYTIC_TYPES` is counted from its keys; any other model
+    type that the installed transformers implements is read off the model built on the meta device
+    (:mod:`dsdoctor.models.structure`; for a registry name, from the structure shipped with dsdoctor, so no
+    transformers import).
+
     Raises:
         DsdoctorError: an unknown name (the closest known names are listed), or a local config that is unreadable,
-            of an unknown architecture, or missing a size.
+            of an architecture neither transformers nor the analytic families know (remote code is never run), or
+            missing a size.
     """
     if not spec.strip():
-        raise DsdoctorError("--model is empty: give a registry name (e.g. chatglm-6b) or a model directory")
+        raise DsdoctorError("--model is empty: give a registry name (e.g. qwen3-8b) or a model directory")
     if is_local(spec):
         config, source = read_config_json(spec)
-        return arch_from_config(config, name=spec, source=source)
+        return arch_of_config(config, name=spec, source=source)
     key = registry_key(spec)
     if key is None:
         wanted = spec.strip().lower().split("/")[-1]
@@ -120,10 +128,64 @@ def resolve_arch(spec: str) -> Arch:
         looks_like_path = "/" in spec or spec.startswith((".", "~"))
         what = "no such directory or config.json, and not a known model name" if looks_like_path else \
             "unknown model name"
-        raise DsdoctorError(f"--model {spec}: {what}; {hint}known: {', '.join(REGISTRY)} "
-                            f"(or a local model directory with a config.json)")
+        raise DsdoctorError(f"--model {spec}: {what}; {hint}{len(REGISTRY)} known names, as "
+                            f"README.md lists them (or give a local model directory with a config.json)")
     repo, config = REGISTRY[key]
-    return arch_from_config(config, name=key, source=f"{repo} config.json (registry)")
+    source = f"{repo} config.json (registry)"
+    if is_analytic(config):
+        return arch_from_config(config, name=key, source=source)
+    from dsdoctor.models import structure
+
+    desc = structure.shipped_structures().get(key)
+    if desc is None or desc.get("format") != structure.FORMAT:
+        desc = structure.cached_structure(_language_model(config)[0])
+    return structure.arch_from_structure(desc, name=key, source=source + ", structure read off transformers' "
+                                         "model on the meta device", config=config)
+
+
+def _language_model(config: dict) -> tuple[dict, str]:
+    """The config of the part that trains, and a note: a multimodal config's text_config (with its model_type),
+    else the config itself."""
+    text = config.get("text_config")
+    if isinstance(text, dict) and text.get("model_type"):
+        return {**text, **({"torch_dtype": config["torch_dtype"]} if "torch_dtype" in config and
+                           "torch_dtype" not in text else {})}, " (its text_config: the language model)"
+    return config, ""
+
+
+def arch_of_config(config: dict, name: str, source: str) -> Arch:
+    """The :class:`Arch` of a config.json read as data (see :func:`resolve_arch`).
+
+    Raises:
+        DsdoctorError: no model type, a model type neither the analytic families nor the installed transformers
+            know (with what to do), or transformers refusing the config."""
+    if is_analytic(config):
+        return arch_from_config(config, name=name, source=source)
+    from dsdoctor.meta_count import transformers_knows
+
+    model_config, note = _language_model(config)
+    model_type = model_config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise DsdoctorError(f"{source}: config.json has no model_type, so no architecture can be built from it")
+    if not transformers_knows(model_type):
+        remote = isinstance(config.get("auto_map"), dict)
+        try:
+            from importlib.metadata import version
+
+            installed = f"transformers {version('transformers')}"
+        except Exception:  # noqa: BLE001 - not installed
+            installed = "no transformers installed"
+        if remote:
+            why = ("its modeling code is the repository's own (auto_map), which dsdoctor never runs, and it is not "
+                   f"one of the families dsdoctor counts from config keys ({', '.join(ANALYTIC_TYPES)})")
+        else:
+            why = (f"{installed} has no such architecture (a newer transformers may: pip install -U transformers), "
+                   f"and it is not one of the families dsdoctor counts from config keys")
+        raise DsdoctorError(f"{source}: model_type {model_type!r}: {why}")
+    from dsdoctor.models import structure
+
+    desc = structure.cached_structure(model_config)
+    return structure.arch_from_structure(desc, name=name, source=source + note, config=config)
 
 
 @dataclass(frozen=True)

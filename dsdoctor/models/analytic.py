@@ -11,6 +11,19 @@ from dsdoctor.report import DsdoctorError
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32"}
 
+#: The model types :func:`arch_from_config` counts from config.json keys; any other type that transformers implements
+#: is read off the model built on the meta device (:mod:`dsdoctor.models.structure`).
+ANALYTIC_TYPES = ("chatglm", "qwen", "baichuan", "internlm2", "llama", "mistral", "qwen2", "gptj", "yi")
+
+
+def is_analytic(config: dict) -> bool:
+    """Whether :func:`arch_from_config` counts ``config`` (its own, or its text_config's, model type is one of
+    :data:`ANALYTIC_TYPES`)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    model_type = text.get("model_type") or config.get("model_type") if text else config.get("model_type")
+    return str(model_type or "") in ANALYTIC_TYPES
+
+
 #: Families whose modeling code transformers ships (counted on the meta device for a local directory).
 TRANSFORMERS_FAMILIES = ("llama", "mistral", "qwen2", "gptj")
 
