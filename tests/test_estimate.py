@@ -241,7 +241,7 @@ def test_local_model_directory_counts_analytically_or_on_meta(runner, tmp_path, 
     (["--model", "qwen2-7b", "--offload-param", "cpu"], "needs --zero 3"),
     (["--model", "qwen2-7b", "--zero", "0", "--offload-optimizer", "cpu"], "ZeRO-1 or above"),
     (["--model", "qwen2-7b", "--method", "freeze", "--freeze-last", "99"], "between 1 and 28"),
-    (["--model", "qwen2-7b", "--method", "lora", "--lora-targets", "query_key_value"], "not a linear layer"),
+    (["--model", "qwen2-7b", "--method", "lora", "--lora-targets", "query_key_value"], "not a module peft can wrap"),
     (["--model", "qwen2-7b", "--deepspeed", "/no/such.json"], "no such file"),
 ])
 def test_bad_input_is_one_line_exit_2(runner, args, message):

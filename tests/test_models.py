@@ -86,7 +86,7 @@ def test_default_lora_targets_follow_peft_and_the_trainer():
 def test_unknown_name_lists_close_names():
     with pytest.raises(DsdoctorError, match="did you mean.*qwen2.5-7b"):
         resolve_arch("qwen2.5-7")
-    with pytest.raises(DsdoctorError, match="not a linear layer"):
+    with pytest.raises(DsdoctorError, match="not a module peft can wrap"):
         trainable_params(resolve_arch("llama-2-7b"), "lora", lora_targets=("query_key_value",))
     with pytest.raises(DsdoctorError, match="between 1 and 32"):
         trainable_params(resolve_arch("llama-2-7b"), "freeze", freeze_last=33)

@@ -138,19 +138,9 @@ def resolve_arch(spec: str) -> Arch:
 
     desc = structure.shipped_structures().get(key)
     if desc is None or desc.get("format") != structure.FORMAT:
-        desc = structure.cached_structure(_language_model(config)[0])
+        desc = structure.cached_structure(config)
     return structure.arch_from_structure(desc, name=key, source=source + ", structure read off transformers' "
                                          "model on the meta device", config=config)
-
-
-def _language_model(config: dict) -> tuple[dict, str]:
-    """The config of the part that trains, and a note: a multimodal config's text_config (with its model_type),
-    else the config itself."""
-    text = config.get("text_config")
-    if isinstance(text, dict) and text.get("model_type"):
-        return {**text, **({"torch_dtype": config["torch_dtype"]} if "torch_dtype" in config and
-                           "torch_dtype" not in text else {})}, " (its text_config: the language model)"
-    return config, ""
 
 
 def arch_of_config(config: dict, name: str, source: str) -> Arch:
@@ -163,8 +153,7 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
         return arch_from_config(config, name=name, source=source)
     from dsdoctor.meta_count import transformers_knows
 
-    model_config, note = _language_model(config)
-    model_type = model_config.get("model_type")
+    model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise DsdoctorError(f"{source}: config.json has no model_type, so no architecture can be built from it")
     if not transformers_knows(model_type):
@@ -184,8 +173,11 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
         raise DsdoctorError(f"{source}: model_type {model_type!r}: {why}")
     from dsdoctor.models import structure
 
-    desc = structure.cached_structure(model_config)
-    return structure.arch_from_structure(desc, name=name, source=source + note, config=config)
+    try:
+        desc = structure.cached_structure(config)
+    except DsdoctorError as exc:
+        raise DsdoctorError(f"{source}: {exc}") from None
+    return structure.arch_from_structure(desc, name=name, source=source, config=config)
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,7 @@ def arch_from_config(config: dict, name: str, source: str) -> Arch:
                    Linear("down_proj", ffn, h, mlp_bias))
         max_positions = _positions(config, "max_position_embeddings", "model_max_length", source=where)
         return common(family="llama", hidden_size=h, num_layers=layers, num_heads=heads, kv_dim=kv,
+                      q_dim=q if q != h else None,
                       intermediate_size=ffn, vocab_size=vocab, tied=_bool(config, "tie_word_embeddings", False, where),
                       max_positions=max_positions, linears=attention + mlp, norm_params_per_layer=2 * h,
                       final_norm_params=h)

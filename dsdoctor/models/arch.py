@@ -16,6 +16,7 @@ class Linear:
     out_features: int
     bias: bool = False
     role: str = ""
+    reads: str = ""  # the norm whose output it reads (traced on the meta device), "" when another tensor
 
     @property
     def params(self) -> int:
@@ -41,7 +42,8 @@ class Arch:
       ``intermediate_size`` is then the width of the dense (shared-expert) MLP beside them, 0 when none;
     - ``exact_total``, ``embedding_override``, ``lm_head_override``, ``layer_params_each``: the counts of the model
       as built (``sum(p.numel())``), which replace the formulas; ``layer_kinds``: (layers, linears, parameters) of each
-      kind of decoder layer (DeepSeek's dense first layers beside the MoE ones);
+      kind of decoder layer (DeepSeek's dense first layers beside the MoE ones), and the LoRA parameters peft adds at
+      rank 1 to each module of one such layer ({module path: parameters}, or None);
     - ``eager_attention``: the model class does not support SDPA (``_supports_sdpa`` False), so transformers runs
       eager attention, which keeps the s x s probabilities; ``attn_softcap`` / ``final_softcap``: Gemma-2's tanh
       softcapping of attention scores / of the logits;
@@ -81,7 +83,7 @@ class Arch:
     embedding_override: int | None = None
     lm_head_override: int | None = None
     layer_params_each: tuple[int, ...] | None = None
-    layer_kinds: tuple | None = None
+    layer_kinds: tuple | None = None  # ((layers, linears, parameters, ((module, LoRA params at rank 1), ...) | None), ...)
     eager_attention: bool = False
     attn_softcap: bool = False
     final_softcap: bool = False

@@ -41,8 +41,16 @@ def default_lora_targets(arch: Arch) -> tuple[str, ...]:
 def _kinds(arch: Arch) -> list[tuple[int, tuple[Linear, ...]]]:
     """(layers, linears) of each kind of decoder layer."""
     if arch.layer_kinds:
-        return [(count, linears) for count, linears, _ in arch.layer_kinds]
+        return [(kind[0], kind[1]) for kind in arch.layer_kinds]
     return [(arch.num_layers, arch.linears)]
+
+
+def _peft_rank_one(arch: Arch) -> list[tuple[int, dict[str, int]]] | None:
+    """(layers, {module: LoRA parameters at rank 1}) of each kind, as peft added them on the meta device
+    (:func:`dsdoctor.models.structure._lora_per_rank`), or None for the analytic families."""
+    if not arch.layer_kinds or any(len(kind) < 4 or kind[3] is None for kind in arch.layer_kinds):
+        return None
+    return [(kind[0], dict(kind[3])) for kind in arch.layer_kinds]
 
 
 def _all_linears(arch: Arch) -> list[Linear]:
@@ -53,6 +61,14 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
     """peft's ``check_target_module_exists`` for a list of names: the module's name is a target or ends with
     ``.target`` (``peft/tuners/tuners_utils.py``)."""
     return any(name == t or name.endswith("." + t) for t in targets)
+
+
+def _refuse_unknown(arch: Arch, targets: tuple[str, ...], names: list[str]) -> None:
+    unknown = [t for t in targets if not any(_matches(n, (t,)) for n in names) and t != "lm_head"]
+    if unknown:
+        leaves = list(dict.fromkeys(n.split(".")[-1] for n in names))
+        raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a module peft can wrap in {arch.name} "
+                            f"({arch.model_type}); its modules: {', '.join(leaves)} (or all-linear)")
 
 
 def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: tuple[str, ...] | None = None,
@@ -79,16 +95,20 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
         if lora_r < 1:
             raise DsdoctorError(f"--lora-r must be at least 1, got {lora_r}")
         targets = tuple(lora_targets or default_lora_targets(arch))
+        head = lora_r * (arch.hidden_size + arch.vocab_size) if "lm_head" in targets else 0  # the output projection
+        peft_counts = _peft_rank_one(arch)
+        if peft_counts is not None:  # what peft itself added, per module at rank 1: r times it for the wrapped ones
+            names = list(dict.fromkeys(m for _, modules in peft_counts for m in modules))
+            if targets == ("all-linear",):
+                targets = tuple(names)
+            _refuse_unknown(arch, targets, names)
+            return sum(count * lora_r * sum(n for m, n in modules.items() if _matches(m, targets))
+                       for count, modules in peft_counts) + head
         linears = _all_linears(arch)
         names = list(dict.fromkeys(lin.name for lin in linears))
         if targets == ("all-linear",):  # peft's keyword: every linear layer but the output projection
             targets = tuple(names)
-        unknown = [t for t in targets if not any(_matches(n, (t,)) for n in names) and t != "lm_head"]
-        if unknown:
-            leaves = list(dict.fromkeys(n.split(".")[-1] for n in names))
-            raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a linear layer of {arch.name} "
-                                f"({arch.model_type}); its linears: {', '.join(leaves)} (or all-linear)")
-        head = lora_r * (arch.hidden_size + arch.vocab_size) if "lm_head" in targets else 0  # the output projection
+        _refuse_unknown(arch, targets, names)
         return sum(count * sum(lora_r * (lin.in_features + lin.out_features) for lin in kind
                                if _matches(lin.name, targets)) for count, kind in _kinds(arch)) + head
     if method == "freeze":

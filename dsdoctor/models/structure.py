@@ -122,9 +122,18 @@ def build_meta(config: dict):
     with _quiet():
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+        if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+            raise DsdoctorError(f"model_type {model_type!r} is not a decoder-only language model (transformers has "
+                                f"no AutoModelForCausalLM for it): dsdoctor estimates causal-LM fine-tuning")
         try:
             hf_config = AutoConfig.for_model(model_type, **values)
+        except Exception as exc:  # noqa: BLE001 - transformers raises many kinds here; the user gets one line
+            raise DsdoctorError(f"transformers cannot read {model_type!r} from this config.json: "
+                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+        _refuse_default_sizes(config, hf_config)
+        try:
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(hf_config)
         except Exception as exc:  # noqa: BLE001 - transformers raises many kinds here; the user gets one line
@@ -135,6 +144,41 @@ def build_meta(config: dict):
             raise DsdoctorError(f"transformers cannot build {model_type!r} from this config.json: "
                                 f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
     return model, hf_config
+
+
+#: The sizes a config class would fill from its own defaults when config.json omits them: a config.json without
+#: one would silently be estimated as the default model of its class (Qwen3MoeConfig's 128 experts, a 4096 hidden
+#: size), so a top-level config must give them. A multimodal ``text_config`` may rely on defaults (Gemma-3's do).
+SIZE_ATTRIBUTES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
+                   *_EXPERTS_KEYS, "moe_intermediate_size", "num_experts_per_tok")
+
+
+def _refuse_default_sizes(config: dict, hf_config) -> None:
+    """Raise DsdoctorError when ``config`` (config.json, top level) leaves a size of :data:`SIZE_ATTRIBUTES` that its
+    config class has to the class default (``attribute_map`` aliases count as given: GPT-2's ``n_embd`` is its
+    ``hidden_size``)."""
+    if isinstance(config.get("text_config"), dict):
+        return
+    aliases = dict(getattr(hf_config, "attribute_map", {}) or {})
+    missing = []
+    seen: set[str] = set()
+    for name in SIZE_ATTRIBUTES:
+        real = aliases.get(name, name)
+        given = {name, real} | {alias for alias, target in aliases.items() if target == real}
+        if real in seen or given & set(config):
+            continue
+        seen.add(real)
+        if name == "intermediate_size" and any(k in config for k in ("n_inner", "ffn_hidden_size")):
+            continue
+        try:
+            value = getattr(hf_config, name)
+        except AttributeError:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            missing.append(f"{name} (its class default: {value:,})")
+    if missing:
+        raise DsdoctorError(f"config.json has no {', '.join(missing)}: transformers would build the default model "
+                            f"of {type(hf_config).__name__}, not this one; give the value the model's repository has")
 
 
 def describe_config(config: dict) -> dict:
@@ -163,9 +207,59 @@ def _layer_list(model):
     return max(lists, key=len)
 
 
-def _describe_layer(layer, hidden: int, heads: int, head_dim: int, kv_heads: int, num_experts: int | None) -> dict:
+def _trace_reads(model, layer) -> dict[str, tuple[str, bool]]:
+    """What each linear of ``layer`` reads, found by running the model forward on the meta device (shapes only, no
+    data: a few milliseconds) with hooks: ``{linear name: (label of its input tensor, whether it is an input
+    projection)}``. The label is the norm whose output it reads, else ``tensor<k>``; linears reading one tensor share
+    it (GPT-J's attention and MLP read one norm). An input projection reads the tensor the first linear called in its
+    parent module reads (q, k and v; gate and up): the others (the attention output projection, the MLP's down
+    projection, a low-rank up-projection) read what their block computed. A linear the forward never reached (a
+    mixture-of-experts block stops a meta forward: its routing needs data) is absent."""
+    import torch
+
+    norm_outputs: dict[int, str] = {}
+    calls: list[tuple[str, int]] = []
+    kept: list = []  # every tensor seen stays alive until the end, so that no id() is reused for another
+    hooks = []
+    try:
+        for name, module in layer.named_modules():
+            if "Norm" in type(module).__name__:
+                def after(mod, args, out, name=name):
+                    tensor = out[0] if isinstance(out, tuple) else out
+                    kept.append(tensor)
+                    norm_outputs[id(tensor)] = name
+                hooks.append(module.register_forward_hook(after))
+            elif hasattr(module, "weight") and type(module).__name__ in ("Linear", "Conv1D"):
+                def before(mod, args, name=name):
+                    if args and not any(n == name for n, _ in calls):
+                        kept.append(args[0])
+                        calls.append((name, id(args[0])))
+                hooks.append(module.register_forward_pre_hook(before))
+        with torch.no_grad():
+            model(input_ids=torch.zeros(1, 8, dtype=torch.long, device="meta"))
+    except Exception:  # noqa: BLE001 - what was traced before the failure is kept
+        pass
+    finally:
+        for hook in hooks:
+            hook.remove()
+    first_input: dict[str, int] = {}
+    labels: dict[int, str] = {}
+    out: dict[str, tuple[str, bool]] = {}
+    for name, tensor in calls:
+        parent = name.rsplit(".", 1)[0] if "." in name else ""
+        first_input.setdefault(parent, tensor)
+        label = labels.setdefault(tensor, norm_outputs.get(tensor) or f"tensor{len(labels)}")
+        out[name] = (label, first_input[parent] == tensor)
+    return out
+
+
+def _describe_layer(layer, hidden: int, heads: int, head_dim: int, kv_heads: int, num_experts: int | None,
+                    reads: dict[str, tuple[str, bool]] | None = None) -> dict:
     """One decoder layer: its linears with roles, experts, router, norms and what is left (see the module
-    docstring). Sizes in elements."""
+    docstring). Sizes in elements. ``reads`` (:func:`_trace_reads`) gives each linear's input and whether it is an
+    input projection (reading the hidden size); any other is an output projection when it writes the hidden size,
+    else ``inner``; a linear not traced falls back to its shape (reads the hidden size: input)."""
+    reads = reads or {}
     import torch
 
     try:
@@ -200,15 +294,22 @@ def _describe_layer(layer, hidden: int, heads: int, head_dim: int, kv_heads: int
             else:  # Conv1D keeps (in, out)
                 fan_in, fan_out = weight.shape[0], weight.shape[1]
             bias = getattr(module, "bias", None) is not None
+            where = "attn" if in_attention(name) else "mlp"
+            if name in reads:
+                source, first = reads[name]
+                reads_input = first and fan_in == hidden
+            else:
+                source, reads_input = None, fan_in == hidden
             if in_expert_list(name):
                 role = "expert"
             elif "router" in name.split(".")[-1] or (num_experts and fan_out == num_experts and fan_in == hidden):
                 role = "router"
-            elif in_attention(name):
-                role = "attn_in" if fan_in == hidden else ("attn_out" if fan_out == hidden else "inner")
+            elif reads_input:
+                role = f"{where}_in"
             else:
-                role = "mlp_in" if fan_in == hidden else ("mlp_out" if fan_out == hidden else "inner")
-            linears.append({"name": name, "in": int(fan_in), "out": int(fan_out), "bias": bias, "role": role})
+                role = f"{where}_out" if fan_out == hidden else "inner"
+            linears.append({"name": name, "in": int(fan_in), "out": int(fan_out), "bias": bias, "role": role,
+                            "reads": source or ""})
             claimed.update(f"{name}.{p}" for p in own)
             continue
         if "Norm" in type(module).__name__ and own:
@@ -268,6 +369,9 @@ def describe(model, hf_config) -> dict:
     ``sliding_window``, ``max_positions``, ``prefix_token_dim``, ``lora_default``, ``versions``, ``format``."""
     import torch
 
+    model_type = hf_config.model_type
+    if hasattr(hf_config, "get_text_config"):  # a multimodal config: the language model's sizes
+        hf_config = hf_config.get_text_config()
     hidden = int(_attr(hf_config, "hidden_size", "n_embd", "d_model"))
     heads = int(_attr(hf_config, "num_attention_heads", "n_head", "num_heads"))
     kv_heads = int(_attr(hf_config, "num_key_value_heads", "multi_query_group_num", default=heads))
@@ -277,8 +381,12 @@ def describe(model, hf_config) -> dict:
     layers = _layer_list(model)
     kinds: list[dict] = []
     index: list[int] = []
-    for layer in layers:
-        desc = _describe_layer(layer, hidden, heads, head_dim, kv_heads, num_experts)
+    traced: dict[int, dict] = {}
+    for i, layer in enumerate(layers):
+        signature = tuple((n, tuple(p.shape)) for n, p in layer.named_parameters())
+        if signature not in traced:  # trace one layer of each shape (a forward each: milliseconds)
+            traced[signature] = _trace_reads(model, layer)
+        desc = _describe_layer(layer, hidden, heads, head_dim, kv_heads, num_experts, traced[signature])
         if desc not in kinds:
             kinds.append(desc)
         index.append(kinds.index(desc))
@@ -304,11 +412,13 @@ def describe(model, hf_config) -> dict:
         from peft.utils.constants import (
             TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as lora_table,
         )
-        lora_default = list(lora_table.get(hf_config.model_type, ()))
+        lora_default = list(lora_table.get(model_type, lora_table.get(hf_config.model_type, ())))
     except ImportError:
         lora_default = []
+    lora_per_rank = _lora_per_rank(model, layers, index)
     return {
-        "format": FORMAT, "versions": list(_versions()), "model_type": hf_config.model_type,
+        "lora_per_rank": lora_per_rank,
+        "format": FORMAT, "versions": list(_versions()), "model_type": model_type,
         "class": type(model).__name__, "total_params": total, "embedding_params": embedding_params,
         "lm_head_params": lm_head_params, "lm_head_bias": lm_head_bias, "final_norm_params": int(rest), "tied": tied,
         "hidden_size": hidden, "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "vocab_size": vocab,
@@ -322,6 +432,40 @@ def describe(model, hf_config) -> dict:
         .replace("torch.", ""),
         "torch_module_list": isinstance(layers, torch.nn.ModuleList),
     }
+
+
+def _lora_per_rank(model, layers, index: list[int]) -> list[dict[str, int]] | None:
+    """For each kind of decoder layer, the LoRA parameters peft adds at rank 1 to each module of one such layer,
+    when every module it can wrap is wrapped (``LoraConfig(r=1, target_modules="all-linear")``: the linears, and in
+    peft 0.21 a mixture-of-experts block's fused 3-D expert weights and router too): ``[{module path inside the
+    layer: parameters}]``. LoRA's parameters are linear in the rank (``lora_A``: r x in, ``lora_B``: out x r, times
+    the experts for fused weights; ``peft/tuners/lora/layer.py``), so rank r adds r times these for the wrapped
+    modules. Applied last: it wraps ``model``'s modules in place. None when peft refuses the model."""
+    try:
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        prefix = next(name for name, module in model.named_modules() if module is layers)
+        with torch.device("meta"):
+            peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=1, target_modules="all-linear"))
+    except Exception:  # noqa: BLE001 - peft raises many kinds on models it cannot wrap
+        return None
+    kinds: list[dict[str, int]] = [{} for _ in range(max(index) + 1)]
+    for name, param in peft_model.named_parameters():
+        if not param.requires_grad or ".lora_" not in name:
+            continue
+        inner = name.split(prefix + ".", 1)[-1] if prefix + "." in name else None
+        if inner is None:
+            continue
+        layer_no, _, rest = inner.partition(".")
+        if not layer_no.isdecimal():
+            continue
+        kind = index[int(layer_no)]
+        if int(layer_no) != index.index(kind):
+            continue  # one layer of each kind
+        module = rest.split(".lora_")[0].replace(".base_layer", "")
+        kinds[kind][module] = kinds[kind].get(module, 0) + int(param.numel())
+    return kinds
 
 
 def _prefix_token_dim(hf_config) -> int | None:
@@ -374,13 +518,20 @@ def arch_from_structure(desc: dict, name: str, source: str, config: dict | None 
         unmodeled.append(f"{len(desc['layers']) - moe_layers} of {len(desc['layers'])} layers have a dense MLP "
                          f"of width {sum(lin['in'] for lin in dense_downs)} instead of the experts (their "
                          f"activations are counted as the experts' layers')")
+    if desc["final_norm_params"] > 0.01 * desc["total_params"]:
+        unmodeled.append(f"{desc['final_norm_params']:,} parameters outside the decoder layers, embedding and output "
+                         f"projection (a vision tower and projector: their weights are counted, their activations "
+                         f"are not, as text-only data never runs them)")
     if not desc["sdpa"] and desc.get("attn_softcap") is None:
         unmodeled.append("attention without SDPA support")
     linears = tuple(Linear(lin["name"].split(".")[-1] if _unique_leaves(main) else lin["name"], lin["in"],
-                           lin["out"], lin["bias"], lin["role"]) for lin in main["linears"])
+                           lin["out"], lin["bias"], lin["role"], lin.get("reads", "")) for lin in main["linears"])
+    per_rank = desc.get("lora_per_rank") or [None] * len(kinds)
     layer_kinds = tuple((sum(1 for i in desc["layers"] if i == k),
-                         tuple(Linear(lin["name"], lin["in"], lin["out"], lin["bias"], lin["role"])
-                               for lin in kind["linears"]), kind["params"]) for k, kind in enumerate(kinds))
+                         tuple(Linear(lin["name"], lin["in"], lin["out"], lin["bias"], lin["role"], lin.get("reads", ""))
+                               for lin in kind["linears"]), kind["params"],
+                         tuple(sorted(per_rank[k].items())) if per_rank[k] is not None else None)
+                        for k, kind in enumerate(kinds))
     norm_list = main["norms"]
     layer_norm = bool(norm_list) and all(n["layer_norm"] for n in norm_list)
     return Arch(
