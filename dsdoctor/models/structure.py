@@ -207,6 +207,10 @@ def _layer_list(model):
     return max(lists, key=len)
 
 
+class _TraceDone(Exception):
+    """Raised by a hook once the traced layer has run."""
+
+
 def _trace_reads(model, layer) -> dict[str, tuple[str, bool]]:
     """What each linear of ``layer`` reads, found by running the model forward on the meta device (shapes only, no
     data: a few milliseconds) with hooks: ``{linear name: (label of its input tensor, whether it is an input
@@ -235,9 +239,13 @@ def _trace_reads(model, layer) -> dict[str, tuple[str, bool]]:
                         kept.append(args[0])
                         calls.append((name, id(args[0])))
                 hooks.append(module.register_forward_pre_hook(before))
+        def stop(mod, args, out):
+            raise _TraceDone
+
+        hooks.append(layer.register_forward_hook(stop))  # the layers after this one are not needed
         with torch.no_grad():
             model(input_ids=torch.zeros(1, 8, dtype=torch.long, device="meta"))
-    except Exception:  # noqa: BLE001 - what was traced before the failure is kept
+    except Exception:  # noqa: BLE001 - _TraceDone, or a failure: what was traced before it is kept
         pass
     finally:
         for hook in hooks:
@@ -446,6 +454,12 @@ def _lora_per_rank(model, layers, index: list[int]) -> list[dict[str, int]] | No
         from peft import LoraConfig, get_peft_model
 
         prefix = next(name for name, module in model.named_modules() if module is layers)
+        # one layer of each kind is enough, and peft takes seconds over 64 layers: keep only those
+        parent_name, _, attr = prefix.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        firsts = [index.index(kind) for kind in range(max(index) + 1)]
+        setattr(parent, attr, torch.nn.ModuleList([layers[i] for i in firsts]))
+        index = list(range(len(firsts)))
         with torch.device("meta"):
             peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=1, target_modules="all-linear"))
     except Exception:  # noqa: BLE001 - peft raises many kinds on models it cannot wrap
