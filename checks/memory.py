@@ -196,15 +196,19 @@ def layer_activation_bytes_per_token(arch: Arch, setup: Setup, trainable: bool) 
     h, kv, inter = arch.hidden_size, arch.kv_dim, arch.intermediate_size
     q_dim = arch.attention_width
     names = [lin.name for lin in arch.linears]
-    if any(lin.role for lin in arch.linears):  # read off transformers' model: each linear's role is known
-        attn_in = [lin.name for lin in arch.linears if lin.role == "attn_in"]
-        mlp_in = [lin.name for lin in arch.linears if lin.role == "mlp_in"]
+    if any(lin.role for lin in arch.linears):  # read off transformers' model: each linear's role and input known
+        inputs: dict[str, list[str]] = {}  # the linears reading one tensor save it once (GPT-J: attention and MLP)
+        for lin in arch.linears:
+            if lin.role in ("attn_in", "mlp_in"):
+                inputs.setdefault(lin.reads or lin.role, []).append(lin.name)
+        in_groups = list(inputs.values())
         mlp_outs = [lin.name for lin in arch.linears if lin.role == "mlp_out"]
     else:
         out_index = next((i for i, n in enumerate(names) if n in _ATTENTION_OUT), 1)
         attn_in, mlp_in, mlp_outs = names[:out_index], names[out_index + 1:-1], names[-1:]
-    if arch.family == "gptj":  # parallel block: the MLP reads the same normalised input as the attention
-        attn_in, mlp_in = attn_in + mlp_in, []
+        if arch.family == "gptj":  # parallel block: the MLP reads the same normalised input as the attention
+            attn_in, mlp_in = attn_in + mlp_in, []
+        in_groups = [g for g in (attn_in, mlp_in) if g]
     lora = setup.method == "lora"
     wrapped = set(setup.lora_targets) if lora else set()
 
@@ -242,7 +246,7 @@ def layer_activation_bytes_per_token(arch: Arch, setup: Setup, trainable: bool) 
         per_expert = (6 if arch.expert_gated else 2) * width + 2 * h + ((2 * h + 2 * width) if trainable else 0)
         mlp += arch.top_k * per_expert + 4 * arch.experts
     mlp_out_width = inter if inter else 0
-    per_token = norms + group(attn_in, h) + attention + mlp + (group(mlp_in, h) if mlp_in else 0) \
+    per_token = norms + sum(group(members, h) for members in in_groups) + attention + mlp \
         + (group(mlp_outs, mlp_out_width) if mlp_outs else 0)
     return per_token * (2 if setup.precision == "fp32" else 1)
 
