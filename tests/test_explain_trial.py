@@ -182,6 +182,8 @@ def test_a_nan_gradient_norm_with_a_broken_loss_stays_trn602(loss):
      "a version mismatch: the code expects another version of transformers", "requirements.txt"),
     ("ImportError: /opt/conda/lib/python3.10/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: "
      "undefined symbol: _ZN3c104cuda9SetDeviceEi", "ENV310", "a compiled extension (flash_attn_2_cuda", "flash-attn"),
+    ("OSError: libcudart.so.11.0: cannot open shared object file: No such file or directory", "ENV310",
+     "a shared library is missing (libcudart.so.11.0): a package built for another CUDA", "torch.version.cuda"),
     # a DeepSpeed op built for another torch: ENV317, the env check of DeepSpeed's ops
     ("ImportError: /root/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: undefined symbol: "
      "_ZN3c104cuda9SetDeviceEi", "ENV317", "a DeepSpeed op in torch's extensions cache was built for another torch",
@@ -201,6 +203,15 @@ def test_a_missing_package_names_the_environment_the_launcher_started():
     assert findings[0].evidence.startswith("line 4: rank 1: ModuleNotFoundError: No module named 'deepspeed' (the "
                                            "Python that ran has no DeepSpeed)")
     assert "the same python on every node" in findings[0].fix
+
+
+def test_an_optional_import_that_the_run_survives_is_no_failure():
+    """transformers and training scripts try optional packages and may log the traceback: the run training on after it
+    is the proof it was handled."""
+    log = (TB + "ModuleNotFoundError: No module named 'flash_attn'\n"
+           + "".join(f" {p}%|##| {p}/100 [00:10<00:10, 1.00it/s]\n" for p in (10, 20, 30))
+           + "{'train_runtime': 61.2, 'train_loss': 1.9}\n")
+    assert ids(log) == ["LOG800"]
 
 
 def test_the_import_patterns_match_disjoint_lines():
@@ -223,7 +234,7 @@ OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.22 
 OOM_LAUNCHER = "\n".join([
     "[2024-06-01 10:00:00,000] [INFO] [runner.py:568:main] cmd = /usr/bin/python -u -m deepspeed.launcher.launch "
     "--world_info=eyJsb2NhbGhvc3QiOiBbMCwgMV19 --master_addr=127.0.0.1 --master_port=29500 --enable_each_rank_log=None "
-    "train.py --deepspeed ds_z2_offload.json --model_name_or_path /data/qwen2.5-7b",
+    "train.py --deepspeed ds_z2_offload.json --model_name_or_path /data/qwen2.5-7b --model_max_length 2048",
     "[2024-06-01 10:00:01,000] [INFO] [launch.py:151:main] nnodes=1, num_local_procs=2, node_rank=0",
     "[2024-06-01 10:00:01,000] [INFO] [launch.py:163:main] dist_world_size=2",
     "[2024-06-01 10:00:30,000] [INFO] [config.py:1003:print]   fp16_enabled ................. True",
@@ -359,6 +370,21 @@ def test_a_suggestion_names_the_config_the_run_was_launched_with():
     assert "`dsdoctor check configs/ds_z2.json --world-size 2`" in findings[0].fix
 
 
+def test_a_suggestion_takes_the_run_s_model_and_training_arguments():
+    """The Hub id of the launch's model is the registry's name for check/estimate/env; LLaMA-Factory's YAML is the
+    --hf-args file."""
+    log = ("$ llamafactory-cli train examples/train_lora/qwen2_lora_sft.yaml\n"
+           "model_name_or_path: Qwen/Qwen2.5-7B-Instruct\n"
+           "RuntimeError: expected scalar type Half but found BFloat16\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "DS113" and "`dsdoctor check ds_config.json --model qwen2.5-7b`" in findings[0].fix
+    log = ("$ llamafactory-cli train examples/train_lora/qwen2_lora_sft.yaml\n"
+           + (LOGS / "trainer-mismatches" / "log.txt").read_text())
+    findings, _ = explain(log)
+    assert findings[0].id == "HF201"
+    assert "--hf-args examples/train_lora/qwen2_lora_sft.yaml`" in findings[0].fix
+
+
 # --- item 4: an out-of-memory's estimate takes the run's own values -------------------------------------------------
 
 def test_an_oom_s_estimate_uses_the_run_s_config_world_size_and_card_memory():
@@ -366,18 +392,17 @@ def test_an_oom_s_estimate_uses_the_run_s_config_world_size_and_card_memory():
     run had), and placeholders for what the log printed."""
     findings, _ = explain(OOM_LAUNCHER)
     assert findings[0].id == "MEM501"
-    assert ("`dsdoctor estimate --model MODEL --deepspeed ds_z2_offload.json --zero 2 --offload-optimizer cpu "
-            "--micro-batch 4 --grad-accum 8 --precision fp16 --gpus 2 --seq-len SEQ_LEN --gpu-mem 23.65`") in \
-        findings[0].fix
-    assert ("(from this log: the config ds_z2_offload.json, DeepSpeed's settings, world size 2, the card's total "
-            "memory as CUDA reported it; give the rest)") in findings[0].fix
+    assert ("`dsdoctor estimate --model /data/qwen2.5-7b --deepspeed ds_z2_offload.json --zero 2 --offload-optimizer "
+            "cpu --micro-batch 4 --grad-accum 8 --precision fp16 --gpus 2 --seq-len 2048 --gpu-mem 23.65` (from this "
+            "log: the model /data/qwen2.5-7b, the config ds_z2_offload.json, DeepSpeed's settings, world size 2, the "
+            "sequence length 2048, the card's total memory as CUDA reported it)") in findings[0].fix
 
 
 def test_an_oom_on_several_nodes_gives_the_ranks_per_node():
     findings, _ = explain(OOM_TORCHRUN)
     assert ("`dsdoctor estimate --model MODEL --deepspeed ds_z3.json --gpus 8 --nodes 2 --seq-len SEQ_LEN --gpu-mem "
-            "79.15`") in findings[0].fix
-    assert "world size 16 on 2 nodes" in findings[0].fix
+            "79.15` (from this log: the config ds_z3.json, world size 16 on 2 nodes, the card's total memory as CUDA "
+            "reported it; give MODEL and SEQ_LEN)") in findings[0].fix
 
 
 @pytest.mark.parametrize("printed,given", [("23.65 GiB", "23.65"), ("79.15 GiB", "79.15"), ("15.999 GiB", "15.99"),
@@ -389,5 +414,6 @@ def test_the_card_s_memory_is_never_rounded_up(printed, given):
 
 def test_the_real_oom_case_names_its_world_size():
     findings, _ = explain((LOGS / "cuda-oom-zero2" / "log.txt").read_text())
-    assert ("`dsdoctor estimate --model MODEL --deepspeed ds.json --zero 2 --micro-batch 4 --grad-accum 1 --precision "
-            "fp16 --gpus 2 --seq-len SEQ_LEN --gpu-mem 79.15`") in findings[0].fix
+    """The public report (THUDM/ChatGLM-6B issue 1212): the Hub id is the registry's chatglm-6b."""
+    assert ("`dsdoctor estimate --model chatglm-6b --deepspeed ds.json --zero 2 --micro-batch 4 --grad-accum 1 "
+            "--precision fp16 --gpus 2 --seq-len SEQ_LEN --gpu-mem 79.15`") in findings[0].fix

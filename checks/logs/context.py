@@ -37,7 +37,7 @@ from .lines import Line
 #: start-up prints come in the first lines of a log
 HEAD_LINES = 20_000
 #: a path as a suggested command may name it: no shell metacharacters, no spaces
-_PATH = r"[\w./+@%-]{1,300}"
+_PATH = r"[\w./][\w./+@%-]{0,299}"
 #: the DeepSpeed config a run was launched with, in the forms a log echoes it
 CONFIG_PATH = re.compile(
     r"--deepspeed(?:_config)?(?:=|\s{1,4}|', ')['\"]?(?P<a>" + _PATH + r"\.json)(?![\w.])|"
@@ -58,6 +58,14 @@ TORCHRUN_NODES = re.compile(r"--nnodes[= ](?P<nodes>\d{1,6})(?![\d:])")
 TORCHRUN_LOCAL = re.compile(r"--nproc[_-]per[_-]node[= ](?P<local>\d{1,6})(?!\d)|--num_gpus[= ](?P<gpus>\d{1,6})(?!\d)")
 #: DeepSpeed's config print of the data-parallel world size
 CONFIG_WORLD = re.compile(r"(?<!\w)world_size\s{0,8}\.{3,}\s{0,8}(?P<world>\d{1,8})(?!\d)")
+#: the model and the training arguments file of the launch command (the Trainer's ``--model_name_or_path``, its
+#: ``TrainingArguments``/``ModelArguments`` repr, a LLaMA-Factory YAML echoed; ``llamafactory-cli train x.yaml``)
+MODEL_ARG = re.compile(r"(?<![\w-])-{0,2}model_name_or_path(?:=|:\s{0,4}|\s{1,4})['\"]?(?P<model>" + _PATH + r")")
+HF_ARGS = re.compile(r"(?:llamafactory-cli|lmf)\s{1,4}train\s{1,4}(?P<args>" + _PATH + r"\.(?:ya?ml|json))(?![\w.])")
+#: the sequence length the run pads or cuts to: Qwen's and Alpaca's --model_max_length, TRL's --max_seq_length,
+#: LLaMA-Factory's cutoff_len; ChatGLM's ptuning scripts' --max_source_length + --max_target_length
+SEQ_ARG = re.compile(r"(?<![\w-])-{0,2}(?P<key>model_max_length|max_seq_length|cutoff_len|max_source_length|"
+                     r"max_target_length)(?:=|:\s{0,4}|\s{1,4})(?P<n>\d{1,8})(?!\d)")
 #: transformers' remote-code prompt and error name the repository; the model's own code runs from the module cache
 REMOTE_REPOSITORY = re.compile(r"The repository (?P<path>" + _PATH + r") contains custom code")
 REMOTE_CODE = re.compile(r"trust_remote_code(?:=True|: true|\s{0,2}=\s{0,2}True)|--trust[_-]remote[_-]code\b|"
@@ -70,7 +78,9 @@ class RunContext:
     it was launched with; ``world_size``; ``nodes`` and ``per_node`` (ranks per node); ``settings`` (DeepSpeed's
     effective values, by estimate's option names: ``zero``, ``micro_batch``, ``grad_acc``, ``fp16``, ``bf16``,
     ``offload_optimizer``, ``offload_param``); ``remote_code``: the model runs its own code; ``model_path``: the
-    repository transformers named when asking for trust_remote_code."""
+    repository transformers named when asking for trust_remote_code; ``model``: the launch's model_name_or_path;
+    ``hf_args``: the training arguments file (LLaMA-Factory's YAML); ``seq_len``: the length samples are padded or
+    cut to (tokens)."""
 
     config: str | None = None
     world_size: int | None = None
@@ -79,6 +89,9 @@ class RunContext:
     settings: dict[str, str] = field(default_factory=dict)
     remote_code: bool = False
     model_path: str | None = None
+    model: str | None = None
+    hf_args: str | None = None
+    seq_len: int | None = None
 
 
 def ds_settings(lines: list[Line]) -> dict[str, str]:
@@ -131,8 +144,16 @@ def run_context(lines: list[Line]) -> RunContext:
     """The :class:`RunContext` of a log's lines (its first :data:`HEAD_LINES` for start-up prints; all of them for
     remote code, which a traceback late in the log shows)."""
     ctx = RunContext(config=config_path(lines), settings=ds_settings(lines))
+    lengths: dict[str, int] = {}
     for line in lines[:HEAD_LINES]:
         text = line.text
+        if "model_name_or_path" in text and ctx.model is None and (m := MODEL_ARG.search(text)):
+            ctx.model = m.group("model")
+        if " train " in text and ctx.hf_args is None and (m := HF_ARGS.search(text)):
+            ctx.hf_args = m.group("args")
+        if ("_length" in text or "cutoff_len" in text) and "max" in text or "cutoff_len" in text:
+            for m in SEQ_ARG.finditer(text):
+                lengths.setdefault(m.group("key"), int(m.group("n")))
         if ctx.nodes is None and "nnodes=" in text and (m := LAUNCH_SHAPE.search(text)):
             ctx.nodes, ctx.per_node = _small(m.group("nodes")), _small(m.group("local"))
         if ctx.world_size is None and "dist_world_size=" in text and (m := DIST_WORLD.search(text)):
@@ -147,6 +168,13 @@ def run_context(lines: list[Line]) -> RunContext:
             ctx.world_size = _small(m.group("world"))
     if ctx.world_size is None and ctx.per_node:
         ctx.world_size = ctx.per_node * (ctx.nodes or 1)
+    if "max_source_length" in lengths and "max_target_length" in lengths:
+        ctx.seq_len = lengths["max_source_length"] + lengths["max_target_length"]
+    else:
+        ctx.seq_len = next((lengths[k] for k in ("model_max_length", "max_seq_length", "cutoff_len") if k in lengths),
+                           None)
+    if ctx.seq_len is not None and not 0 < ctx.seq_len <= 10_000_000:
+        ctx.seq_len = None
     for line in lines:
         text = line.text
         if not ("custom code" in text or "trust" in text or "_module" in text):
@@ -160,15 +188,35 @@ def run_context(lines: list[Line]) -> RunContext:
     return ctx
 
 
+def _local(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../"))
+
+
+def _model_word(spec: str | None, smoke: bool) -> str | None:
+    """What stands for MODEL/PATH in a suggested command: a local directory as the log names it; for ``check``,
+    ``env`` and ``estimate`` (which take a registry name too) the registry name of a Hub id (``THUDM/chatglm-6b``:
+    ``chatglm-6b``); else None (the placeholder stays: smoke needs a local directory)."""
+    if not spec:
+        return None
+    if _local(spec):
+        return spec
+    if smoke:
+        return None
+    from dsdoctor.models import registry_key
+
+    return registry_key(spec)
+
+
 #: a command explain suggests, in backticks
 SUGGESTED = re.compile(r"`(dsdoctor [^`\n]{0,600})`")
 
 
 def localize(text: str, ctx: RunContext) -> str:
     """``text`` (a fix) with each suggested `` `dsdoctor ...` `` command made the run's own: ``ds_config.json`` is
-    the config the log names; a ``dsdoctor smoke`` of a model that runs its own code gets ``--trust-remote-code``
-    (smoke refuses such a model without it, before launch: ``dsdoctor/commands/smoke/inputs.py``
-    ``check_remote_code``) and, when transformers named the repository, its path for ``PATH``."""
+    the config the log names, ``args.json`` its training arguments file, ``SEQ_LEN`` its sequence length, ``MODEL``
+    and ``PATH`` its model (:func:`_model_word`); a ``dsdoctor smoke`` of a model that runs its own code gets
+    ``--trust-remote-code`` (smoke refuses such a model without it, before launch: ``dsdoctor/commands/smoke/
+    inputs.py`` ``check_remote_code``) and, when transformers named the repository, its path for ``PATH``."""
 
     def one(found: re.Match) -> str:
         command = found.group(1)
@@ -179,6 +227,13 @@ def localize(text: str, ctx: RunContext) -> str:
         original = list(words)
         if ctx.config:
             words = [ctx.config if w == "ds_config.json" else w for w in words]
+        if ctx.hf_args:
+            words = [ctx.hf_args if w == "args.json" else w for w in words]
+        if ctx.seq_len:
+            words = [str(ctx.seq_len) if w == "SEQ_LEN" else w for w in words]
+        model = _model_word(ctx.model, smoke=len(words) > 1 and words[1] == "smoke")
+        if model:
+            words = [model if w in ("MODEL", "PATH") else w for w in words]
         if len(words) > 1 and words[1] == "smoke" and ctx.remote_code:
             if "--model" in words and ctx.model_path and words.index("--model") + 1 < len(words) and \
                     words[words.index("--model") + 1] in ("PATH", "MODEL"):

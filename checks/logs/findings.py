@@ -18,7 +18,7 @@ from .lines import PROGRESS, Line, read_lines
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
-                         _int, _signal_of, _silence, _where, candidates)
+                         SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
 
 #: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
 STUCK_SIGNATURE = next(s for s in SIGNATURES if s.name == "loss-scale-stuck")
@@ -139,9 +139,10 @@ def explained(match: Match, matches: list[Match], lines: list[Line]) -> bool:
 
 
 def survived(match: Match, lines: list[Line]) -> bool:
-    """Whether the rank of a generic Python error went on training after it (a handled exception, logged by a data
-    loader that skips the sample): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
-    if match.signature is not PYTHON_ERROR_SIGNATURE:
+    """Whether the rank of a generic Python error (or of an import failure, :data:`signatures.SURVIVABLE`) went on
+    training after it (a handled exception, logged by a data loader that skips the sample, an optional package
+    tried): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE and match.signature.name not in SURVIVABLE:
         return False
     count = 0
     end = _block_end(match, lines) + 1

@@ -12,6 +12,9 @@ What Python says, and what it means (``importlib._bootstrap._find_and_load_unloc
   deepspeed.launcher.runner``: ``Error while finding module specification for 'deepspeed.launcher.runner'
   (ModuleNotFoundError: No module named 'deepspeed')``; the console script absent: ``bash: deepspeed: command not
   found``.
+- ``ImportError: /path/x.so: undefined symbol: ...``: a compiled extension built against another torch (a DeepSpeed op:
+  ENV317); ``ImportError: libcudart.so.11.0: cannot open shared object file`` (``OSError`` from ctypes, bitsandbytes):
+  a package built for another CUDA (the dynamic loader's messages, ``dlopen``).
 - ``ImportError: cannot import name 'X' from 'Y' (/path/Y/__init__.py)``: Y is installed without X (another
   version); ``(unknown location)``: Y is a folder without ``__init__.py`` (a namespace package: a clone or a folder
   named Y in the working directory, and Y not installed); ``from partially initialized module 'Y' (most likely due to
@@ -88,7 +91,8 @@ VERSION_MISMATCH = (
     r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|"
     r"AttributeError: module '(?P<attr_of>[\w.]{1,200})' has no attribute|"
     r"ImportError: (?P<so>(?![^\s]{0,400}/(?:deepspeed|torch_extensions)/)\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
-    r"undefined symbol)")
+    r"undefined symbol|"
+    r"(?:ImportError|OSError): (?P<lib>lib[\w+-]{1,80}\.so(?:\.\d{1,6}){0,4}): cannot open shared object file)")
 #: a DeepSpeed op (prebuilt under site-packages/deepspeed/ops, or JIT-built into torch's extensions cache) compiled
 #: against another torch: the dynamic loader's "undefined symbol" when it is imported
 OP_ABI = (_START + r"ImportError: (?P<so>\S{0,400}/(?:deepspeed|torch_extensions)/\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
@@ -99,7 +103,7 @@ NO_TORCH_NEEDLES = NO_DEEPSPEED_NEEDLES
 NO_PACKAGE_NEEDLES = ("No module named", "cannot import name", "requires the following packages",
                       "has been toggled on", "PEFT is not installed", "quantization requires")
 VERSION_MISMATCH_NEEDLES = ("cannot import name", "No module named", "deepspeed_init()", "AttributeError",
-                            "undefined symbol")
+                            "undefined symbol", "cannot open shared object file")
 OP_ABI_NEEDLES = ("undefined symbol",)
 
 
@@ -225,6 +229,17 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
         package = g["attr_of"].split(".")[0]
     elif "deepspeed_init()" in match.line.text:
         package = "transformers"
+    if g.get("lib"):
+        lib = g["lib"]
+        cuda = re.match(r"lib(?:cudart|cublas\w{0,8}|cusparse|cufft|curand|cusolver|nvrtc|cudnn\w{0,12})\.so\.(\d{1,3})", lib)
+        why = (f"{lib} is the runtime of CUDA {cuda.group(1)}: a package here was built for CUDA {cuda.group(1)} "
+               f"(bitsandbytes, flash-attn, xformers, an older torch or DeepSpeed op)" if cuda else
+               f"a compiled package needs {lib}, which is not on the library path")
+        return (evidence + f" ({why})",
+                "Install the build of that package for the installed torch's CUDA (`python -c 'import torch; "
+                "print(torch.version.cuda)'`), or the CUDA runtime it names; `dsdoctor env` shows torch's CUDA, the "
+                "driver's and nvcc's.",
+                {"title": f"a shared library is missing ({lib[:60]}): a package built for another CUDA"})
     if g.get("so"):
         name = g["so"].rsplit("/", 1)[-1]
         return (evidence, "Reinstall the package that ships it, built for the installed torch and CUDA (flash-attn: "

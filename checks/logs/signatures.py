@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import imports, precision
-from .context import DS_SETTING, RunContext, run_context
+from .context import DS_SETTING, RunContext, localize, run_context
 from .lines import PROGRESS, Line, clock
 
 #: the largest world size a log's number is taken as (a larger one is not used to list ranks)
@@ -144,20 +144,23 @@ def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
     capacity = _gib(total.group(1)) if total else None
     if capacity and capacity >= 0.01:  # as printed, never rounded up: 23.65 GiB is not a 24 GiB card
         args.append(f"--gpu-mem {_gib_text(capacity)}")
+    command = localize(f"`{' '.join(args)}`", ctx)
     fragmented = ""
     if reserved and reserved.group(1) and _gib(reserved.group(1)) and tried and _gib(tried.group(1)) and \
             _gib(reserved.group(1)) >= _gib(tried.group(1)):
         fragmented = " The reserved-but-unallocated memory exceeds the request: fragmentation; " \
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough."
     return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
-            f"Run `{' '.join(args)}` ({_printed(ctx, capacity)}) to see the peak and what to "
+            f"Run {command} ({_printed(ctx, capacity, command)}) to see the peak and what to "
             f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
             f"gradient accumulation, shorter sequences.{fragmented}")
 
 
-def _printed(ctx, capacity: float | None) -> str:
-    """Which values of the suggested estimate came from the log, in words."""
+def _printed(ctx, capacity: float | None, command: str) -> str:
+    """Which values of the suggested ``command`` came from the log, and which placeholders are left, in words."""
     shown = []
+    if ctx.model and " MODEL " not in command:
+        shown.append(f"the model {ctx.model}")
     if ctx.config:
         shown.append(f"the config {ctx.config}")
     if ctx.settings:
@@ -165,9 +168,13 @@ def _printed(ctx, capacity: float | None) -> str:
     if ctx.world_size or ctx.per_node:
         shown.append(f"world size {ctx.world_size or ctx.per_node * (ctx.nodes or 1)}"
                      + (f" on {ctx.nodes} nodes" if ctx.nodes and ctx.nodes > 1 else ""))
+    if ctx.seq_len and "SEQ_LEN" not in command:
+        shown.append(f"the sequence length {ctx.seq_len}")
     if capacity:
         shown.append("the card's total memory as CUDA reported it")
-    return ("from this log: " + ", ".join(shown) + "; give the rest" if shown else
+    left = [word for word in ("MODEL", "SEQ_LEN") if word in command]
+    rest = f"; give {' and '.join(left)}" if left else ""
+    return ("from this log: " + ", ".join(shown) + rest if shown else
             "this log printed none of the run's settings: give yours")
 
 
@@ -471,6 +478,9 @@ def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", co
 
 #: the signatures of an fp16 loss scale at its floor: a NaN in the same log is their consequence
 FP16_FLOOR = ("loss-scale-floor", "loss-scale-stuck")
+#: import failures a caller may catch (an optional package tried, its traceback logged, the run going on): like an
+#: unnamed Python error, no failure when their rank trains on after them (findings.survived)
+SURVIVABLE = frozenset({"no-deepspeed", "no-torch", "no-package", "op-abi", "import-error"})
 
 
 SIGNATURES: tuple[Signature, ...] = (
