@@ -78,7 +78,7 @@ def test_a_nan_loss_after_the_floor_is_its_consequence():
     assert findings[1].title == "later: Loss is NaN or infinite"
 
 
-@pytest.mark.parametrize("log,title", [
+FLOOR_CASES = [
     # transformers issue 14531 (DeepSpeed 0.5, stage2.py): the floor logged at every step, no exception, run going on
     ("".join(f" {p}%|▋ | {p}/24128 [00:40<2:40:10,  2.50it/s][2021-11-27 00:36:54,800] [INFO] [stage2.py:1628:step] "
              f"[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n" for p in range(98, 102)),
@@ -94,7 +94,11 @@ def test_a_nan_loss_after_the_floor_is_its_consequence():
     # engine.py _report_progress: no step of 100 applied (steps_per_print 10)
     ("".join(f"[2024-06-01 10:{i:02d}:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] step={i * 10}, skipped={i * 10}, "
              f"lr=[2e-05], mom=[(0.9, 0.999)]\n" for i in range(1, 11)), "no step trained"),
-])
+]
+FLOOR_FORMS = [log for log, _ in FLOOR_CASES]
+
+
+@pytest.mark.parametrize("log,title", FLOOR_CASES)
 def test_every_form_of_the_floor_is_ds114(log, title):
     findings, _ = explain(log)
     assert findings[0].id == "DS114" and findings[0].severity == "error", [(f.id, f.evidence) for f in findings]
@@ -148,7 +152,7 @@ def test_a_nan_gradient_norm_with_a_broken_loss_stays_trn602(loss):
 
 # --- item 2: a package that is not installed ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("line,rule,title,fix", [
+IMPORT_LINES = [
     # Python's import system (importlib._bootstrap) and runpy, for the launchers
     ("ModuleNotFoundError: No module named 'deepspeed'", "ENV309", "DeepSpeed is not installed",
      "`pip install deepspeed`"),
@@ -156,6 +160,9 @@ def test_a_nan_gradient_norm_with_a_broken_loss_stays_trn602(loss):
      "No module named 'deepspeed')", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("/usr/bin/python3: No module named deepspeed", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("bash: deepspeed: command not found", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
+    # accelerate/state.py, under the Trainer (LLaMA-Factory issue 4694)
+    ("ImportError: DeepSpeed is not available => install it using `pip3 install deepspeed` or build it from source",
+     "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("ModuleNotFoundError: No module named 'torch'", "ENV301", "torch is not installed",
      "https://pytorch.org/get-started/locally/"),
     ("bash: torchrun: command not found", "ENV301", "torch is not installed", "https://pytorch.org/get-started/locally/"),
@@ -188,13 +195,34 @@ def test_a_nan_gradient_norm_with_a_broken_loss_stays_trn602(loss):
     ("ImportError: /root/.cache/torch_extensions/py310_cu121/fused_adam/fused_adam.so: undefined symbol: "
      "_ZN3c104cuda9SetDeviceEi", "ENV317", "a DeepSpeed op in torch's extensions cache was built for another torch",
      "`rm -rf /root/.cache/torch_extensions/py310_cu121/fused_adam`"),
-])
+]
+
+
+@pytest.mark.parametrize("line,rule,title,fix", IMPORT_LINES)
 def test_an_import_failure_is_named_by_what_is_missing(line, rule, title, fix):
     """Issue 12 item 2: `No module named 'deepspeed'` was ENV310, 'versions known to break each other'."""
     findings, _ = explain(TB + line + "\n")
     first = findings[0]
     assert (first.id, first.severity) == (rule, "error"), (first.id, first.evidence)
     assert first.title.startswith(title) and fix in first.fix, (first.title, first.fix)
+
+
+def test_a_version_mismatch_names_whose_code_is_old():
+    """QwenLM/Qwen issue 624: an old DeepSpeed's runtime/utils.py imports torch._six, which torch 2.0 removed: the
+    installed DeepSpeed is what is too old (the frame says so), not the user's script. DB-GPT-Hub issue 295: the
+    user's code imports transformers.deepspeed, which transformers moved."""
+    log = (TB + "  File \"/opt/venv/lib/python3.10/site-packages/deepspeed/runtime/utils.py\", line 18, in <module>\n"
+           "    from torch._six import inf\nModuleNotFoundError: No module named 'torch._six'\n")
+    findings, _ = explain(log)
+    assert (findings[0].id, findings[0].title) == ("ENV310", "a version mismatch: the installed deepspeed expects "
+                                                             "another version of torch")
+    assert "`pip install -U deepspeed`" in findings[0].fix and "torch 2.0 removed torch._six" in findings[0].evidence
+    log = (TB + "  File \"/workspace/job/src/load_tokenizer.py\", line 18, in <module>\n"
+           "    from transformers.deepspeed import is_deepspeed_zero3_enabled\n"
+           "ModuleNotFoundError: No module named 'transformers.deepspeed'\n")
+    findings, _ = explain(log)
+    assert findings[0].title == "a version mismatch: the code expects another version of transformers"
+    assert "transformers moved it to transformers.integrations.deepspeed" in findings[0].evidence
 
 
 def test_a_missing_package_names_the_environment_the_launcher_started():
@@ -220,8 +248,7 @@ def test_the_import_patterns_match_disjoint_lines():
 
     names = ("no-deepspeed", "no-torch", "no-package", "op-abi", "import-error")
     import_sigs = [s for s in SIGNATURES if s.name in names]
-    for values in test_an_import_failure_is_named_by_what_is_missing.pytestmark[0].args[1]:
-        line = values[0]
+    for line, *_ in IMPORT_LINES:
         assert len([s.name for s in import_sigs if s.pattern.search(line)]) == 1, line
 
 
@@ -263,6 +290,7 @@ def _realized(words: list[str], tmp: Path) -> list[str]:
     """``words`` with each placeholder made real in ``tmp``: a config file for every JSON path, a model directory for
     MODEL/PATH/M, a number for SEQ_LEN, per-rank logs for the globs."""
     out = []
+    tmp.mkdir(parents=True, exist_ok=True)
     for word in words:
         if word in ("MODEL", "PATH", "M"):
             model = tmp / "model"

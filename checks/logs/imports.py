@@ -23,6 +23,11 @@ What Python says, and what it means (``importlib._bootstrap._find_and_load_unloc
   (``deepspeed/ops/op_builder/builder.py`` ``OpBuilder.load``: ``installed_ops`` of ``git_version_info``, then
   ``importlib.import_module(self.absolute_name())``); ``deepspeed.ops.op_builder`` is missing from some source builds
   and forks (DeepSpeed issue 2060): either is an incomplete DeepSpeed install.
+- accelerate's, for the DeepSpeed plugin without DeepSpeed (``accelerate/state.py`` ``PartialState``): ``ImportError:
+  DeepSpeed is not available => install it using `pip3 install deepspeed` or build it from source``.
+- A module another version moved or removed (``transformers.deepspeed``, now ``transformers.integrations.deepspeed``;
+  ``torch._six``, gone in torch 2.0): the frame that raised it says whose code is old (an installed package's, in
+  site-packages, or the user's own).
 - transformers' own messages for a missing package: remote code's ``This modeling file requires the following packages
   that were not found in your environment: A, B. Run `pip install A B``` (``dynamic_module_utils.check_imports``),
   ``FlashAttention2 has been toggled on, but it cannot be used due to the following error: the package for
@@ -61,6 +66,8 @@ _DOTTED = r"[A-Za-z_][\w.]{0,200}"
 #: disjoint lines.
 NO_DEEPSPEED = (
     _START + r"ModuleNotFoundError: No module named 'deepspeed'|"
+    # accelerate/state.py PartialState (the Trainer's and accelerate launch's DeepSpeed plugin)
+    r"ImportError: DeepSpeed is not available => install it|"
     r"Error while finding module specification for '[\w.]{1,200}' \(ModuleNotFoundError: No module named "
     r"'deepspeed'\)|python[\d.]{0,6}: No module named deepspeed(?![\w.])|"
     r"\bdeepspeed: (?:command )?not found|command not found: deepspeed\b")
@@ -98,8 +105,8 @@ VERSION_MISMATCH = (
 OP_ABI = (_START + r"ImportError: (?P<so>\S{0,400}/(?:deepspeed|torch_extensions)/\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
           r"undefined symbol")
 #: the needles of each (a substring every matching line holds)
-NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", ": not found")
-NO_TORCH_NEEDLES = NO_DEEPSPEED_NEEDLES
+NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", ": not found", "DeepSpeed is not available")
+NO_TORCH_NEEDLES = ("No module named", "command not found", ": not found")
 NO_PACKAGE_NEEDLES = ("No module named", "cannot import name", "requires the following packages",
                       "has been toggled on", "PEFT is not installed", "quantization requires")
 VERSION_MISMATCH_NEEDLES = ("cannot import name", "No module named", "deepspeed_init()", "AttributeError",
@@ -247,10 +254,43 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
                           "version it was built for.",
                 {"title": f"a compiled extension ({name[:80]}) was built for another torch or CUDA"})
     shown = package or "a package"
+    moved = MOVED.get(g.get("sub") or "")
+    if moved:
+        evidence += f" ({moved})"
+    raiser = _raised_in(match, lines)
+    if raiser and raiser != package:
+        fix = (f"The installed {raiser} (the frame that raised it is in its package) was written for another version "
+               f"of {shown}: upgrade it to a release made for the installed {shown} (`pip install -U "
+               f"{PIP_NAMES.get(raiser, raiser)}`), or pin {shown} to a version it supports; `dsdoctor env` lists the "
+               f"installed versions and those known to break each other.")
+        return evidence, fix, {"title": f"a version mismatch: the installed {raiser} expects another version of "
+                                        f"{shown}"}
     fix = (f"The code was written for another version of {shown}: `dsdoctor env` lists the installed versions and "
            f"those known to break each other; pin the versions the training repository names (its "
            f"requirements.txt), or update the code to the installed {shown}.")
     return evidence, fix, {"title": f"a version mismatch: the code expects another version of {shown}"}
+
+
+#: modules that moved or went away, and what to import instead (their packages' own changes)
+MOVED = {
+    "transformers.deepspeed": "transformers moved it to transformers.integrations.deepspeed (is_deepspeed_zero3_enabled, "
+                              "HfDeepSpeedConfig); the old module is gone from current releases",
+    "torch._six": "torch 2.0 removed torch._six; DeepSpeed's own import of it is guarded since (runtime/utils.py: "
+                  "try ... except ModuleNotFoundError: from torch import inf)",
+}
+#: a traceback frame in an installed package: File ".../site-packages/<package>/..." (dist-packages: Debian's Python)
+_FRAME_PACKAGE = re.compile(r"^\s{0,8}File \"[^\"\n]{0,400}?/(?:site|dist)-packages/(?P<package>[A-Za-z_]\w{0,80})/")
+
+
+def _raised_in(match, lines) -> str | None:
+    """The installed package whose code raised ``match``'s error: the last frame of its rank before it, when that
+    frame is in site-packages (None for the user's own code)."""
+    for line in reversed(lines[max(0, match.line_index - 40):match.line_index]):
+        if line.rank != match.line.rank or "File \"" not in line.text:
+            continue
+        found = _FRAME_PACKAGE.match(line.text)
+        return found.group("package") if found else None
+    return None
 
 
 def op_abi(match, lines) -> tuple[str, str, dict]:

@@ -19,8 +19,9 @@ What DeepSpeed prints, and where (the installed 0.19.8; older releases in the pu
   skipped=M`` every ``steps_per_print``: ``skipped`` equal to ``step`` after 100 steps means no step was applied
   (the scale cannot start higher than 2^32: 32 halvings, 64 with hysteresis, reach any floor).
 - The HF Trainer logs the engine's gradient norm (``transformers/trainer.py`` ``_get_grad_norm``): on a skipped step
-  it is not finite (``stage_1_and_2.py`` sets ``_global_grad_norm`` to inf; older releases gave NaN), while the loss
-  of that step is finite.
+  it is not finite (the installed ``stage_1_and_2.py`` sets ``_global_grad_norm`` to inf; the public reports show
+  ``'grad_norm': nan``), while the loss of that step is finite. In an fp16 run under DeepSpeed's scaler, non-finite
+  gradients are always a skipped step: the overflow check is what skips it.
 """
 
 from __future__ import annotations
