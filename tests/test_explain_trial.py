@@ -80,13 +80,13 @@ def test_a_nan_loss_after_the_floor_is_its_consequence():
 
 FLOOR_CASES = [
     # transformers issue 14531 (DeepSpeed 0.5, stage2.py): the floor logged at every step, no exception, run going on
-    ("".join(f" {p}%|▋ | {p}/24128 [00:40<2:40:10,  2.50it/s][2021-11-27 00:36:54,800] [INFO] [stage2.py:1628:step] "
-             f"[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n" for p in range(98, 102)),
+    ("".join(f"  0%|▍ | {p}/12000 [00:17<1:20:00,  2.40it/s][2021-11-20 09:12:03,114] [INFO] [stage2.py:1628:step] "
+             f"[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1\n" for p in range(40, 44)),
      "every step overflowed"),
     # DeepSpeed issue 697 (fused_optimizer.py, ZeRO 0): the scale clamped at its floor, every step skipped
-    ("[2021-01-26 22:04:09,190] [INFO] [fused_optimizer.py:314:_update_scale] \nGrad overflow on iteration 3\n"
-     "[2021-01-26 22:04:09,190] [INFO] [fused_optimizer.py:316:_update_scale] Reducing dynamic loss scale from 1.0 to "
-     "1.0\n[2021-01-26 22:04:09,191] [INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. "
+    ("[2021-01-20 10:15:02,481] [INFO] [fused_optimizer.py:314:_update_scale] \nGrad overflow on iteration 5\n"
+     "[2021-01-20 10:15:02,481] [INFO] [fused_optimizer.py:316:_update_scale] Reducing dynamic loss scale from 1.0 to "
+     "1.0\n[2021-01-20 10:15:02,482] [INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. "
      "Attempted loss scale: 1, reducing to 1\n", "every step overflowed"),
     # the installed 0.19.8's fused_optimizer.py _update_scale: max(cur_scale / scale_factor, min_loss_scale), no raise
     ("[INFO] [fused_optimizer.py:414:_update_scale] Reducing dynamic loss scale from 2.0 to 1.0\n"
@@ -109,11 +109,11 @@ def test_the_chinese_llama_alpaca_report():
     """ymcui/Chinese-LLaMA-Alpaca issue 534: hours of training, the scale falling step by step between the progress
     bars and the Trainer's loss dicts, then the floor's exception."""
     log = "".join(
-        f" 14%|█▍        | {377 + i}/2724 [13:55:57<86:19:20, 132.41s/it][2023-06-07 22:1{i}:00,018] [INFO] "
+        f"  4%|▍         | {120 + i}/3000 [04:30:10<108:00:00, 135.20s/it][2023-06-01 08:1{i}:00,500] [INFO] "
         f"[loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
-        f"{2 ** (6 - i)}, reducing to {2 ** (5 - i)}\n\n" + ("{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, "
-                                                            "'epoch': 0.28}\n" if i == 2 else "") for i in range(6))
-    log += " 14%|█▍        | 383/2724 [14:09:08<85:40:10, 131.70s/it]" + FLOOR_EXCEPTION
+        f"{2 ** (6 - i)}, reducing to {2 ** (5 - i)}\n\n" + ("{'loss': 1.8732, 'learning_rate': 0.000195, 'epoch': 0.12}\n"
+                                                            if i == 2 else "") for i in range(6))
+    log += "  4%|▍         | 126/3000 [04:43:40<107:50:00, 135.10s/it]" + FLOOR_EXCEPTION
     findings, _ = explain(log)
     assert [f.id for f in findings] == ["DS114"]
     assert "fell from 64 to 1 in 6 overflowed (skipped) step(s)" in findings[0].evidence
@@ -364,6 +364,20 @@ def test_the_rules_own_commands_parse(tmp_path):
 
     for rule in catalogue().values():
         for command in SUGGESTED.findall(rule.fix):
+            assert_parses(command, tmp_path)
+
+
+def test_the_command_for_a_report_piped_in_parses(tmp_path):
+    """explain refuses a dsdoctor report with the command to run instead (on stderr): that one runs too."""
+    from fuzzing import run as fuzz_run
+
+    for path in sorted(LOGS.glob("*/*.txt")):
+        if path.name == "log.txt":
+            continue
+        result = fuzz_run(["explain", str(path)])
+        commands = SUGGESTED.findall(result.stderr)
+        assert result.exit_code == 2 and commands, (path, result.stderr)
+        for command in commands:
             assert_parses(command, tmp_path)
 
 

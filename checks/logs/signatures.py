@@ -72,6 +72,8 @@ OOM_ALLOCATED = re.compile(rf"({SIZE}) is allocated by PyTorch|({SIZE}) already 
 OOM_RESERVED = re.compile(rf"({SIZE}) is reserved by PyTorch but unallocated|({SIZE}) reserved in total by PyTorch")
 OOM_GPU = re.compile(r"\bGPU (\d{1,4})(?!\d)")
 GIB = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s{0,4}([KMGT])i?B")
+
+
 def _gib(text: str) -> float | None:
     """``text``'s leading size ('2.00 GiB') in GiB (2^30 bytes), or None."""
     number = GIB.match(text)
@@ -99,6 +101,12 @@ def _shown_number(text: str) -> str:
 
 
 def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """A CUDA out-of-memory (torch's ``c10/cuda/CUDACachingAllocator.cpp`` message: the request, the card's total
+    capacity, free, allocated and reserved memory): its numbers, and the ``dsdoctor estimate`` line of this run,
+    made of what the log printed (:func:`context.run_context`: the config file, DeepSpeed's stage, offload, micro
+    batch, accumulation and precision, the ranks per node and nodes, the model and sequence length) and the card's
+    memory as CUDA reported it, cut to two decimals (never rounded up: an estimate for a larger card than the run
+    had would call a setup that did not fit a fit)."""
     text = match.line.text
     parts = []
     tried = OOM_TRIED.search(text)
