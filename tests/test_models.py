@@ -102,7 +102,7 @@ def test_local_config_is_read_as_data(tmp_path):
     with pytest.raises(DsdoctorError, match="no num_hidden_layers"):
         resolve_arch(str(broken))
     (broken / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(DsdoctorError, match="'t5' is not an architecture"):
+    with pytest.raises(DsdoctorError, match="'t5' is not a decoder-only language model"):
         resolve_arch(str(broken))
 
 
