@@ -358,6 +358,30 @@ def test_every_suggested_command_parses(name, log, tmp_path):
         assert_parses(command, tmp_path)
 
 
+#: suggested commands that run in a second without a launch: run for real, not only parsed
+FAST = ("check", "estimate", "rules")
+
+
+def test_the_fast_suggested_commands_run(tmp_path, monkeypatch):
+    """Beyond parsing: check, estimate and rules, with the placeholders made real (a model of the registry where the
+    log named one), run and exit 0 or 1: no value explain put in them is refused (exit 2)."""
+    from fuzzing import run as fuzz_run
+
+    monkeypatch.chdir(tmp_path)
+    seen = set()
+    for _, log in LOG_CASES:
+        for finding in explain(log)[0]:
+            for command in SUGGESTED.findall(finding.fix):
+                words = shlex.split(command)
+                if words[1] not in FAST or command in seen:
+                    continue
+                seen.add(command)
+                words = ["V100" if w == "auto" and words[i - 1] == "--gpu" else w for i, w in enumerate(words)]
+                result = fuzz_run(_realized(words, tmp_path)[1:])  # --gpu auto: this machine has no GPU to read
+                assert result.exit_code in (0, 1), (command, result.stderr)
+    assert any(c.startswith("dsdoctor estimate --model chatglm-6b") for c in seen), seen
+
+
 def test_the_rules_own_commands_parse(tmp_path):
     """A finding whose describer gives no fix uses its rule's: those commands must run too."""
     from dsdoctor.rules import catalogue

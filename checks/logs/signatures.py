@@ -560,7 +560,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Error building extension '(?P<op>\w{1,100})'", _build, "dsdoctor env --build-ops ds_config.json"),
     _sig("bf16-unsupported", "DS111", "bf16",
          r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
-         "dsdoctor check ds_config.json --gpu auto"),
+         "dsdoctor check ds_config.json --gpu auto",
+         caught_note="on the training machine (auto reads its GPUs through NVML; elsewhere --gpu NAME as nvidia-smi "
+                     "names it: --gpu V100)"),
     _sig("dtype-mismatch", "DS113", ("expected scalar type", "same dtype", "should be the same"),
          r"expected scalar type \w{1,40} but found \w{1,40}|mat1 and mat2 must have the same dtype|"
          r"Input type \([^()\n]{1,200}\) and weight type \([^()\n]{1,200}\) should be the same|"
