@@ -11,7 +11,9 @@ that backtracks over a long run shows up as a slow example.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -89,6 +91,12 @@ def log_file(draw) -> bytes:
     return text.encode(encoding, errors="replace")
 
 
+#: the suggested commands already proven to parse (most examples suggest the same few), and where their
+#: placeholders are made real
+PARSED: set[str] = set()
+SUGGESTED_DIR = Path(tempfile.mkdtemp(prefix="dsdoctor-suggested-"))
+atexit.register(shutil.rmtree, SUGGESTED_DIR, True)
+
 NAMES = ["rank{r}.log", "node1-rank{r}.txt", "20240101103000_rank{r}.log", "train{r}.log", "{r}/stdout.log"]
 
 
@@ -115,6 +123,8 @@ def test_explain_any_log(files, names, stdin):
                                                                                   "NET", "TRN"))
             for finding in report["findings"]:  # every command it suggests runs, whatever the log put in it
                 for command in SUGGESTED.findall(finding["fix"] + " " + finding["evidence"]):
-                    assert_parses(command, Path(tmp) / "suggested")
+                    if command not in PARSED:
+                        assert_parses(command, SUGGESTED_DIR)
+                        PARSED.add(command)
             assert report["result"]["log"] == (paths + (["-"] if stdin else []) if len(files) > 1 else
                                                (paths or ["-"])[0])
