@@ -170,6 +170,16 @@ IMPORT_LINES = [
      "`pip install flash-attn --no-build-isolation`"),
     ("ModuleNotFoundError: No module named 'yaml'", "LOG808", "yaml is not installed", "`pip install pyyaml`"),
     ("ModuleNotFoundError: No module named 'peft'", "LOG808", "peft is not installed", "`pip install peft`"),
+    # transformers' own messages (modeling_utils.py, utils/peft_utils.py, quantizers/quantizer_bnb_4bit.py)
+    ("ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: the package "
+     "for FlashAttention2 doesn't seem to be installed.", "LOG808", "flash-attn is not installed",
+     "`pip install flash-attn --no-build-isolation`"),
+    ("ValueError: PEFT is not installed. Please install it with `pip install peft`", "LOG808", "peft is not installed",
+     "`pip install peft`"),
+    ("ImportError: Using `bitsandbytes` 4-bit quantization requires bitsandbytes: `pip install -U bitsandbytes>=0.46.1`",
+     "LOG808", "bitsandbytes is not installed", "`pip install -U bitsandbytes`"),
+    ("ImportError: Using `bitsandbytes` 4-bit quantization requires accelerate: `pip install 'accelerate>=1.1.0'`",
+     "LOG808", "accelerate is not installed", "`pip install accelerate`"),
     # DeepSpeed issue 2060: a source install without op_builder
     ("ModuleNotFoundError: No module named 'deepspeed.ops.op_builder'", "LOG808",
      "DeepSpeed's install is incomplete", "pip install --force-reinstall --no-cache-dir deepspeed"),

@@ -90,7 +90,7 @@ NO_PACKAGE = (
     r"FlashAttention(?P<fa>\d?) has been toggled on, but it cannot be used due to the following error: the package "
     r"(?:flash_attn seems to be not installed|for FlashAttention\d? doesn't seem to be installed)|"
     r"(?P<peft>PEFT is not installed)|"
-    r"Using `bitsandbytes` \d-bit quantization requires (?:the latest version of )?bitsandbytes")
+    r"Using `bitsandbytes` \d-bit quantization requires (?:the latest version of )?(?P<bnb>bitsandbytes|accelerate)")
 VERSION_MISMATCH = (
     _START + r"(?:ImportError: cannot import name '?(?P<name>\w{1,200})'?(?: from '(?P<from>" + _DOTTED
     + r")'(?! \(unknown location\))|\s{0,8}$)|"
@@ -105,13 +105,14 @@ VERSION_MISMATCH = (
 OP_ABI = (_START + r"ImportError: (?P<so>\S{0,400}/(?:deepspeed|torch_extensions)/\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
           r"undefined symbol")
 #: the needles of each (a substring every matching line holds)
-NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", ": not found", "DeepSpeed is not available")
+#: (few and distinct: every needle costs each line of a log a little; the messages transformers, accelerate and the
+#: dynamic loader raise are ImportErrors, PEFT's a ValueError)
+NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", ": not found", "ImportError")
 NO_TORCH_NEEDLES = ("No module named", "command not found", ": not found")
-NO_PACKAGE_NEEDLES = ("No module named", "cannot import name", "requires the following packages",
-                      "has been toggled on", "PEFT is not installed", "quantization requires")
-VERSION_MISMATCH_NEEDLES = ("cannot import name", "No module named", "deepspeed_init()", "AttributeError",
-                            "undefined symbol", "cannot open shared object file")
-OP_ABI_NEEDLES = ("undefined symbol",)
+NO_PACKAGE_NEEDLES = ("No module named", "ImportError", "PEFT is not installed")
+VERSION_MISMATCH_NEEDLES = ("ImportError", "No module named", "deepspeed_init()", "AttributeError",
+                            "cannot open shared object file")
+OP_ABI_NEEDLES = ("ImportError",)
 
 
 def pip_install(module: str) -> str:
@@ -212,6 +213,9 @@ def missing_package(match, lines) -> tuple[str, str, dict]:
     if g.get("peft"):
         return (evidence, "`pip install peft` " + _SAME_PYTHON.format(module="peft") + ".",
                 {"title": "peft is not installed"})
+    if g.get("bnb") == "accelerate":
+        return (evidence, "`pip install accelerate` " + _SAME_PYTHON.format(module="accelerate") + ".",
+                {"title": "accelerate is not installed (bitsandbytes quantization needs it)"})
     return (evidence, "Install or upgrade bitsandbytes as the message says (`pip install -U bitsandbytes`), "
                       + _SAME_PYTHON.format(module="bitsandbytes") + "; on a machine without a supported GPU, load "
                       "the model without quantization.",
