@@ -107,8 +107,8 @@ OP_ABI = (_START + r"ImportError: (?P<so>\S{0,400}/(?:deepspeed|torch_extensions
 #: the needles of each (a substring every matching line holds)
 #: (few and distinct: every needle costs each line of a log a little; the messages transformers, accelerate and the
 #: dynamic loader raise are ImportErrors, PEFT's a ValueError)
-NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", ": not found", "ImportError")
-NO_TORCH_NEEDLES = ("No module named", "command not found", ": not found")
+NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", "deepspeed: not found", "ImportError")
+NO_TORCH_NEEDLES = ("No module named", "command not found", "torchrun: not found")
 NO_PACKAGE_NEEDLES = ("No module named", "ImportError", "PEFT is not installed")
 VERSION_MISMATCH_NEEDLES = ("ImportError", "No module named", "deepspeed_init()", "AttributeError",
                             "cannot open shared object file")
