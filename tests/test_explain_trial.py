@@ -165,6 +165,7 @@ IMPORT_LINES = [
      "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("ModuleNotFoundError: No module named 'torch'", "ENV301", "torch is not installed",
      "https://pytorch.org/get-started/locally/"),
+    ("sh: 1: deepspeed: not found", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),  # dash
     ("bash: torchrun: command not found", "ENV301", "torch is not installed", "https://pytorch.org/get-started/locally/"),
     ("ModuleNotFoundError: No module named 'flash_attn'", "LOG808", "flash_attn is not installed",
      "`pip install flash-attn --no-build-isolation`"),
