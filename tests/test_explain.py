@@ -75,7 +75,7 @@ def test_the_first_real_failure_comes_before_its_cascade():
     findings, result = explain(log)
     assert [f.id for f in findings] == ["MEM501", "MEM504", "LOG803"]
     assert findings[0].severity == "error" and findings[0].evidence.startswith("line 2: rank 2: CUDA out of memory")
-    assert "--gpu-mem 24" in findings[0].fix
+    assert "--gpu-mem 23.65" in findings[0].fix  # as CUDA printed it, not rounded up to 24 (issue 12, item 4)
     assert result["first_failure"] == {"rule": "MEM501", "signature": "cuda-oom", "line": 2, "rank": 2}
 
 
@@ -569,7 +569,12 @@ def _all_patterns():
     import dsdoctor.checks.logs as logs
     from dsdoctor.commands import explain as command
 
+    from dsdoctor.checks.logs import context, imports, precision
+
     patterns = {f"logs.{n}": p for n, p in vars(logs).items() if isinstance(p, re.Pattern)}
+    for module in (context, imports, precision):  # their own patterns (the signatures' are below)
+        patterns.update({f"{module.__name__.rsplit('.', 1)[-1]}.{n}": p for n, p in vars(module).items()
+                         if isinstance(p, re.Pattern)})
     patterns.update({f"explain.{n}": p for n, p in vars(command).items() if isinstance(p, re.Pattern)})
     patterns.update({f"signature {s.name}": s.pattern for s in logs.SIGNATURES})
     return patterns

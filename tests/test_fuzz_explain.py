@@ -2,15 +2,18 @@
 spliced, wrapped in rank prefixes (small, large, absurd), truncated, with ANSI codes, huge numbers, long runs of one
 character, binary bytes, as UTF-8, UTF-16 (with and without a byte-order mark) or empty; one file, several (named per
 rank) or stdin. Every example must keep the CLI's promises (tests/fuzzing.py: no traceback, no internal error, exit 0,
-1 or 2, one line on stderr for 2, inputs unchanged), give a report with a first finding when it does not exit 2, and
-take at most 2 s: a pattern that backtracks over a long run shows up as a slow example.
+1 or 2, one line on stderr for 2, inputs unchanged), give a report with a first finding when it does not exit 2, suggest
+only commands that parse (tests/test_explain_trial.py's check: placeholders made real), and take at most 2 s: a pattern
+that backtracks over a long run shows up as a slow example.
 
     DSDOCTOR_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_explain.py -q     # a long run
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -18,10 +21,16 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+import test_explain_trial as trial
 from fuzzing import budget, run
+from test_explain_trial import SUGGESTED, TB, assert_parses
 
 LOGS = Path(__file__).resolve().parents[1] / "cases" / "logs"
-CORPUS_LINES = sorted({line for p in sorted(LOGS.glob("*/log.txt")) for line in p.read_text().splitlines() if line})
+#: the corpus's lines, and those of the issue-12 tests' logs (the fp16 loss scaler's forms, import failures, an
+#: out-of-memory with the launcher's and DeepSpeed's start-up lines)
+CORPUS_LINES = sorted({line for text in [p.read_text() for p in sorted(LOGS.glob("*/log.txt"))]
+                       + [log for _, log in trial.LOG_CASES] + [TB + v[0] for v in trial.IMPORT_LINES]
+                       + trial.FLOOR_FORMS for line in text.splitlines() if line})
 #: the lines that name a failure (and their cascade) come more often than the noise around them
 FAILURE_LINES = [ln for ln in CORPUS_LINES if any(w in ln for w in ("Error", "error", "Exception", "Traceback",
                                                                    "exit", "signal", "WARN", "Watchdog", "memory"))]
@@ -82,6 +91,12 @@ def log_file(draw) -> bytes:
     return text.encode(encoding, errors="replace")
 
 
+#: the suggested commands already proven to parse (most examples suggest the same few), and where their
+#: placeholders are made real
+PARSED: set[str] = set()
+SUGGESTED_DIR = Path(tempfile.mkdtemp(prefix="dsdoctor-suggested-"))
+atexit.register(shutil.rmtree, SUGGESTED_DIR, True)
+
 NAMES = ["rank{r}.log", "node1-rank{r}.txt", "20240101103000_rank{r}.log", "train{r}.log", "{r}/stdout.log"]
 
 
@@ -106,5 +121,10 @@ def test_explain_any_log(files, names, stdin):
             report = json.loads(result.stdout)
             assert report["findings"] and report["findings"][0]["id"].startswith(("LOG", "DS", "HF", "MEM", "ENV",
                                                                                   "NET", "TRN"))
+            for finding in report["findings"]:  # every command it suggests runs, whatever the log put in it
+                for command in SUGGESTED.findall(finding["fix"] + " " + finding["evidence"]):
+                    if command not in PARSED:
+                        assert_parses(command, SUGGESTED_DIR)
+                        PARSED.add(command)
             assert report["result"]["log"] == (paths + (["-"] if stdin else []) if len(files) > 1 else
                                                (paths or ["-"])[0])

@@ -18,8 +18,11 @@ ranks have at most 6 digits, a world size is used only up to :data:`MAX_WORLD`, 
 
 The package is split by concern: ``rules`` (the LOG8xx declarations), ``lines`` (reading and normalising lines: rank
 prefixes, colours, long lines, timestamps, progress; several files merged in time order), ``signatures`` (the table
-of known failures and their describers, the generic Python error) and ``findings`` (the scan, the first real failure
-and its cascade, the build a stopped run hung in, the findings). Everything public is re-exported here; a limit
+of known failures and their describers, the generic Python error), ``imports`` (packages not installed, shadowed or
+of another version), ``precision`` (the fp16 loss scale at its floor, the steps its scaler skipped), ``context``
+(what the log says about its run: config file, world size, settings, remote code; the suggested commands made the
+run's own) and ``findings`` (the scan, the first real failure and its cascade, the build a stopped run hung in, the
+findings). Everything public is re-exported here; a limit
 (:data:`LINE_CHARS`, :data:`MAX_MATCHES`, ...) is read in the module that defines it.
 """
 
@@ -29,14 +32,16 @@ from .findings import (BUILD_DONE, BUILD_ROOT, BUILD_SIGNATURE, BUILD_STEP, C10D
                        FINISHED, MAX_MATCHES, MAX_PER_SIGNATURE, PYTHON_VERSION, SURVIVAL_LINES, TRACEBACK_HEADER,
                        build_in_flight, explain, explained, failures, finished, pitfall_findings, scan, survived)
 from .lines import ANSI, CLOCK, HOST_FOLLOWER, LINE_CHARS, PREFIX, PROGRESS, Line, clock, merge, read_lines
-from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG807
+from .context import RunContext, localize, run_context
+from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG807, LOG808
 from .signatures import (ARCH_LIST, COMPILER_ERROR, DS_SETTING, EXCEPTION_NAME, GIB, LAUNCHER, MAX_WORLD, NCCL_USING,
-                         NEEDLES, NO_MODULE, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED,
+                         NEEDLES, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED,
                          PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, STORE_RETRY,
                          WORLD_SIZE, Match, Signature)
 
 __all__ = [
-    "LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807",
+    "LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807", "LOG808",
+    "RunContext", "localize", "run_context",
     "Line", "Match", "Signature", "SIGNATURES", "BUILD_SIGNATURE", "PYTHON_ERROR_SIGNATURE",
     "build_in_flight", "clock", "explain", "explained", "failures", "finished", "merge", "pitfall_findings",
     "read_lines", "scan", "survived",
@@ -44,6 +49,6 @@ __all__ = [
     "SIGNAL_HOW", "SIGNAL_NAMES", "SIZE", "EXCEPTION_NAME",
     "ANSI", "ARCH_LIST", "BUILD_DONE", "BUILD_ROOT", "BUILD_STEP", "C10D_WARNING", "CASCADE", "CLOCK",
     "COMPILER_ERROR", "CONTINUES", "DS_SETTING", "ERRORISH", "FINISHED", "GIB", "HOST_FOLLOWER", "LAUNCHER",
-    "NCCL_USING", "NEEDLES", "NO_MODULE", "OOM_ALLOCATED", "OOM_FREE", "OOM_GPU", "OOM_RESERVED", "OOM_TOTAL",
+    "NCCL_USING", "NEEDLES", "OOM_ALLOCATED", "OOM_FREE", "OOM_GPU", "OOM_RESERVED", "OOM_TOTAL",
     "OOM_TRIED", "PREFIX", "PROGRESS", "PYTHON_ERROR", "PYTHON_VERSION", "STORE_RETRY", "WORLD_SIZE",
 ]

@@ -13,11 +13,15 @@ from dataclasses import replace
 from dsdoctor.report import Finding
 from dsdoctor.rules import Rule, catalogue
 
+from .context import localize, run_context
 from .lines import PROGRESS, Line, read_lines
+from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
-                         _int, _signal_of, _silence, _where)
+                         SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
 
+#: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
+STUCK_SIGNATURE = next(s for s in SIGNATURES if s.name == "loss-scale-stuck")
 #: Lines that look like errors, for LOG800's evidence.
 ERRORISH = re.compile(r"error|exception|traceback|failed|fatal|killed|abort|timed? ?out", re.I)
 #: matches kept per log (the earliest), and per signature: bounds the work on a log of a million distinct ranks
@@ -40,6 +44,10 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     traceback: ``KeyError: 'input_ids'``) is a ``python-error`` match (LOG805) of its rank, when it is not a
     consequence of another rank's failure.
 
+    A NaN gradient norm on a Trainer log line (``'grad_norm': nan``) after the fp16 loss scaler has reported an
+    overflow, with a finite loss on the line, is a step the scaler skipped (:func:`precision.skipped_step`), not a
+    failure: it is not a match.
+
     Raises nothing: any text is a log (binary data is the caller's to refuse)."""
     lines = read_lines(text, skipped) if isinstance(text, str) else text
     matches: list[Match] = []
@@ -48,6 +56,7 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     in_traceback: dict[int | None, bool] = {}  # per rank: a "Traceback" line came, its exception line not yet
     after_file_line: dict[int | None, bool] = {}  # per rank: the previous line was a traceback's "File ..." line
     ignored_next: dict[int | None, bool] = {}  # per rank: "Exception ignored in ...": the next traceback is harmless
+    overflowed = False  # the fp16 loss scaler has reported a skipped step (precision.OVERFLOW)
 
     def add(signature: Signature, line: Line, found: re.Match, index: int) -> None:
         # one per rank: the line's, else the one a launcher's line names ("--local_rank=1'] exits with ...")
@@ -71,6 +80,10 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             continue
         if len(text_line) < 6 or quoted:
             continue  # a traceback's source lines quote code (and errors); the exception line itself follows
+        if not overflowed and ("OVERFLOW" in text_line or "verflow" in text_line):
+            overflowed = overflow_line(text_line) is not None
+        if "skipped=" in text_line and (found := stuck(text_line)):  # DeepSpeed's step print: no step applied
+            add(STUCK_SIGNATURE, line, found, index)
         needle = NEEDLES.search(text_line) if not C10D_WARNING.match(text_line) else None
         exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line or
                                                      "StopIteration" in text_line) and PYTHON_ERROR.match(stripped)
@@ -79,13 +92,14 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
         if not needle and not exception:
             continue  # most lines of a log: one C-level search over every signature's needles
         known = False
-        for signature in SIGNATURES if needle else ():
-            if signature.needles_present(text_line):
-                found = signature.pattern.search(text_line)
-                if found is None:
-                    continue
-                known = True
-                add(signature, line, found, index)
+        for signature in candidates(text_line) if needle else ():  # the signatures whose needles the line holds
+            found = signature.pattern.search(text_line)
+            if found is None:
+                continue
+            known = True
+            if signature.name == "nan-grad-norm" and overflowed and skipped_step(line):
+                continue  # the norm of a step the fp16 loss scaler skipped
+            add(signature, line, found, index)
         if exception and not known and not CASCADE.search(text_line):
             add(PYTHON_ERROR_SIGNATURE, line, exception, index)
         if len(matches) >= MAX_MATCHES:
@@ -125,9 +139,10 @@ def explained(match: Match, matches: list[Match], lines: list[Line]) -> bool:
 
 
 def survived(match: Match, lines: list[Line]) -> bool:
-    """Whether the rank of a generic Python error went on training after it (a handled exception, logged by a data
-    loader that skips the sample): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
-    if match.signature is not PYTHON_ERROR_SIGNATURE:
+    """Whether the rank of a generic Python error (or of an import failure, :data:`signatures.SURVIVABLE`) went on
+    training after it (a handled exception, logged by a data loader that skips the sample, an optional package
+    tried): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
+    if match.signature is not PYTHON_ERROR_SIGNATURE and match.signature.name not in SURVIVABLE:
         return False
     count = 0
     end = _block_end(match, lines) + 1
@@ -148,12 +163,17 @@ def failures(matches: list[Match], lines: list[Line]) -> tuple[Match | None, lis
     live = [m for m in matches if not survived(m, lines)]
     kept = [m for m in live if not explained(m, matches, lines)]
     stop = next((m for m in kept if m.signature.name == "stopped"), None)
+    present = {m.signature.name for m in kept}
+
+    def consequence(m: Match) -> bool:  # of another failure: by its kind, or of one found in this log
+        return m.signature.consequence or any(name in present for name in m.signature.follows)
+
     if stop is None:
-        primary = [m for m in kept if not m.signature.consequence]
+        primary = [m for m in kept if not consequence(m)]
         first = (primary or live or [None])[0]
     else:
         before = [m for m in kept if m.line_index < stop.line_index]
-        primary = [m for m in before if not m.signature.consequence]
+        primary = [m for m in before if not consequence(m)]
         first = (primary or before or [stop])[0]
         kept = before + [stop]  # what came after the stop is the run shutting down
     return first, [m for m in kept if m is not first]
@@ -315,12 +335,14 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                                   {**build, "stop": first}), [first] + others
     findings = []
     reported: set[str] = set()
+    ctx = run_context(lines)
     for match in [first] + others:
         if match is not first and _claims_no_error(match, matches, lines):
             continue
         if match is not first and match.signature.name == "stopped" and first.signature is not BUILD_SIGNATURE:
             match = replace(match, info={"after": first})  # stopped after a failure of its own: say so
-        evidence, fix = match.signature.describe(match, lines)
+        match.context = ctx
+        evidence, fix, extra = _described(match, lines)
         target: Rule = rules[match.signature.rule_id]
         if target.id in reported:
             continue
@@ -328,17 +350,20 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         where = f"{match.line.at}: "
         fix = fix or target.fix
         if match.signature.caught_by and "`dsdoctor" not in fix:
-            fix += f" Before launch: `{match.signature.caught_by}`."
+            note = f" {match.signature.caught_note}" if match.signature.caught_note else ""
+            fix += f" Before launch: `{match.signature.caught_by}`{note}."
+        fix = localize(fix, ctx)
         if match is first:  # what ended the run (whatever the rule's preflight severity), unless the run finished
             ended = not finished(lines, matches) or first.signature.spoils
             result["finished"] = not ended
-            title = target.title
+            title = extra.get("title") or target.title
             if match.signature is BUILD_SIGNATURE:
                 title = "the run hung in a JIT op build: a stale build lock or a build still running (inconclusive)"
             findings.append(target.finding(_quoted(where + evidence), severity="error" if ended else "warning", fix=fix,
                                            title=title if ended else f"the run finished, but: {target.title}"))
         else:
-            title = "the run was stopped from outside (a signal)" if target.id == LOG807.id else target.title
+            title = "the run was stopped from outside (a signal)" if target.id == LOG807.id else \
+                extra.get("title") or target.title
             findings.append(target.finding(_quoted(where + evidence), severity="info", title=f"later: {title}",
                                            fix=fix))
         if len(findings) >= 6:
@@ -351,6 +376,13 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                           "rank": m.line.rank, **({"file": m.line.source} if m.line.source else {})}
                          for m in matches[:50]]
     return findings, result
+
+
+def _described(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    """(evidence, fix, extra) from a signature's describer, which returns (evidence, fix) or (evidence, fix, extra):
+    ``extra`` may hold a ``title`` for what the log shows, where the rule's own title is the preflight check's."""
+    described = match.signature.describe(match, lines)
+    return (described[0], described[1], described[2] or {}) if len(described) > 2 else (*described, {})
 
 
 def pitfall_findings(text: str, already: set[str] = frozenset()) -> list[Finding]:

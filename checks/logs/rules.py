@@ -38,7 +38,7 @@ LOG803 = rule(
     what="peft found none of the LoRA target module names in the model.",
     why="Target names are per architecture: q_proj/v_proj (Llama, Qwen2, Mistral) do not exist in ChatGLM "
         "(query_key_value), Baichuan (W_pack), InternLM2 (wqkv) or Qwen v1 (c_attn).",
-    fix="Set the targets to the model's own linear names (`dsdoctor estimate --model M --method lora` lists them; "
+    fix="Set the targets to the model's own linear names (`dsdoctor estimate --model MODEL --method lora` lists them; "
         "or peft's target_modules='all-linear').",
     source="peft/tuners/tuners_utils.py inject_adapter; https://github.com/hiyouga/LlamaFactory/issues/590")
 LOG804 = rule(
@@ -79,3 +79,17 @@ LOG807 = rule(
         "still training: the run was only slow, give it more time.",
     source="torch/distributed/elastic/multiprocessing/api.py (SignalException, _terminate_process_handler); "
            "deepspeed/launcher/launch.py (sigkill_handler)")
+LOG808 = rule(
+    "LOG808", "error", "a package the run imports is not installed, incomplete, or shadowed by a local file",
+    what="The run failed importing a package other than torch and DeepSpeed (ENV301, ENV309): not installed in the "
+         "Python the launcher started (flash-attn, peft, bitsandbytes, a model's remote-code imports), DeepSpeed "
+         "installed without a module it needs, or a file or folder of the user's with the package's name imported "
+         "instead of it.",
+    why="Python imports the first match on sys.path: the script's own folder comes first, so a `deepspeed.py` or a "
+        "clone named `peft/` there hides the installed package; a package absent from the job's environment (a venv "
+        "or conda env not activated on that node) fails at its first import.",
+    fix="Install it in the environment the launcher starts (the pip command is in the finding), or rename the local "
+        "file or folder that shadows it.",
+    example="ModuleNotFoundError: No module named 'flash_attn'; ModuleNotFoundError: No module named "
+            "'deepspeed.launcher'; 'deepspeed' is not a package",
+    source="importlib._bootstrap (_find_and_load_unlocked); transformers/dynamic_module_utils.py check_imports")

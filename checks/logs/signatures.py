@@ -10,10 +10,13 @@ lookbehind anchors a leading number, gaps are ``.{0,N}``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
 
+from . import imports, precision
+from .context import DS_SETTING, RunContext, localize, run_context
 from .lines import PROGRESS, Line, clock
 
 #: the largest world size a log's number is taken as (a larger one is not used to list ranks)
@@ -29,23 +32,30 @@ class Match:
     groups: re.Match | None
     line_index: int
     info: dict | None = None  # what a derived match (ENV329's build in flight) found
+    context: "RunContext | None" = None  # what the log says about its run (set by findings.explain)
 
 
 @dataclass(frozen=True)
 class Signature:
     """One failure's pattern. ``needles``: substrings one of which every matching line contains (tested first);
     ``rule_id``: the rule it is reported under; ``describe(match, lines)`` returns (evidence, fix or "") from the
-    match and the whole log; ``consequence``: True for what follows another failure (a killed rank, a reset
-    connection), reported only when nothing else is found; ``caught_by``: the command that finds it before launch."""
+    match and the whole log, or (evidence, fix, {"title": ...}) where the rule's title does not say what the log
+    shows; ``consequence``: True for what follows another failure (a killed rank, a reset connection), reported only
+    when nothing else is found; ``follows``: the names of the signatures whose presence in the log makes this one
+    their consequence (a NaN after the fp16 loss scale fell to its floor); ``caught_by``: the command that finds it
+    before launch (a command that runs: placeholders ``ds_config.json``, ``MODEL``, ``PATH``), ``caught_note``: what
+    that command checks, in words after it."""
 
     name: str
     rule_id: str
     needles: tuple[str, ...]
     pattern: re.Pattern
-    describe: Callable[["Match", list[Line]], tuple[str, str]]
+    describe: Callable[["Match", list[Line]], tuple]
     caught_by: str = ""
     consequence: bool = False
     spoils: bool = False  # the run's result is unusable even when the run finishes (NaN loss, empty weights)
+    follows: tuple[str, ...] = ()
+    caught_note: str = ""
 
     def needles_present(self, text: str) -> bool:
         return any(needle in text for needle in self.needles)
@@ -62,8 +72,6 @@ OOM_ALLOCATED = re.compile(rf"({SIZE}) is allocated by PyTorch|({SIZE}) already 
 OOM_RESERVED = re.compile(rf"({SIZE}) is reserved by PyTorch but unallocated|({SIZE}) reserved in total by PyTorch")
 OOM_GPU = re.compile(r"\bGPU (\d{1,4})(?!\d)")
 GIB = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s{0,4}([KMGT])i?B")
-#: DeepSpeed's start-up print of its config ('  zero_optimization_stage ...... 2') and its config as JSON lines
-DS_SETTING = re.compile(r"(?<!\w)(\w{1,64})\s{0,8}\.{3,}\s{0,8}(\S{1,64})|\"(\w{1,64})\":\s{0,4}(\d{1,12}|true|false)")
 
 
 def _gib(text: str) -> float | None:
@@ -73,6 +81,12 @@ def _gib(text: str) -> float | None:
         return None
     scale = {"K": 2 ** -20, "M": 2 ** -10, "G": 1, "T": 2 ** 10}[number.group(2)]
     return float(number.group(1)) * scale
+
+
+def _gib_text(value: float) -> str:
+    """A size in GiB for a command line: at most two decimals, cut (not rounded up), no trailing zeros."""
+    cut = math.floor(value * 100 + 1e-9) / 100
+    return f"{cut:.2f}".rstrip("0").rstrip(".")
 
 
 def _int(text: str | None, digits: int = 18) -> int | None:
@@ -86,28 +100,13 @@ def _shown_number(text: str) -> str:
     return text if len(text) <= 24 else f"{text[:12]}...({len(text):,} digits)"
 
 
-def _ds_settings(lines: list[Line]) -> dict[str, str]:
-    """Values DeepSpeed prints at start-up ('  zero_optimization_stage ...... 2'; its config as JSON lines) and
-    the Trainer's arguments, when the log has them: what ``dsdoctor estimate`` should be run with."""
-    wanted = {"train_micro_batch_size_per_gpu": "micro_batch", "zero_optimization_stage": "zero",
-              "bfloat16_enabled": "bf16", "bf16_enabled": "bf16", "fp16_enabled": "fp16",
-              "gradient_accumulation_steps": "grad_acc", "world_size": "world_size"}
-    found = {}
-    for line in lines:
-        if "...." not in line.text and '": ' not in line.text:
-            continue
-        m = DS_SETTING.search(line.text)
-        if not m:
-            continue
-        key, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
-        if key in wanted and wanted[key] not in found:
-            found[wanted[key]] = value
-        elif key == "stage" and "zero" not in found:
-            found["zero"] = value
-    return found
-
-
 def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """A CUDA out-of-memory (torch's ``c10/cuda/CUDACachingAllocator.cpp`` message: the request, the card's total
+    capacity, free, allocated and reserved memory): its numbers, and the ``dsdoctor estimate`` line of this run,
+    made of what the log printed (:func:`context.run_context`: the config file, DeepSpeed's stage, offload, micro
+    batch, accumulation and precision, the ranks per node and nodes, the model and sequence length) and the card's
+    memory as CUDA reported it, cut to two decimals (never rounded up: an estimate for a larger card than the run
+    had would call a setup that did not fit a fit)."""
     text = match.line.text
     parts = []
     tried = OOM_TRIED.search(text)
@@ -128,28 +127,63 @@ def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
         parts.append(f"reserved {'but unallocated' if reserved.group(1) else 'in total'} "
                      f"{reserved.group(1) or reserved.group(2)}")
     where = _where(match)
-    settings = _ds_settings(lines)
+    ctx = match.context or run_context(lines)
+    settings = ctx.settings
     args = ["dsdoctor estimate --model MODEL"]
-    if "zero" in settings:
+    if ctx.config:
+        args.append(f"--deepspeed {ctx.config}")
+    if "zero" in settings and settings["zero"] in ("0", "1", "2", "3"):
         args.append(f"--zero {settings['zero']}")
-    if "micro_batch" in settings:
-        args.append(f"--micro-batch {settings['micro_batch']}")
+    for key, option in (("offload_optimizer", "--offload-optimizer"), ("offload_param", "--offload-param")):
+        if settings.get(key) in ("cpu", "nvme"):
+            args.append(f"{option} {settings[key]}")
+    for key, option in (("micro_batch", "--micro-batch"), ("grad_acc", "--grad-accum")):
+        if _int(settings.get(key), 6):
+            args.append(f"{option} {_int(settings[key], 6)}")
     if settings.get("bf16", "").lower() == "true":
         args.append("--precision bf16")
     elif settings.get("fp16", "").lower() == "true":
         args.append("--precision fp16")
+    nodes = ctx.nodes or 1
+    per_node = ctx.per_node or (ctx.world_size // nodes if ctx.world_size and ctx.world_size % nodes == 0 else None)
+    if per_node and per_node <= 1024:
+        args.append(f"--gpus {per_node}" + (f" --nodes {nodes}" if nodes > 1 else ""))
     args.append("--seq-len SEQ_LEN")
-    if total and _gib(total.group(1)):
-        args.append(f"--gpu-mem {_gib(total.group(1)):.0f}")
+    capacity = _gib(total.group(1)) if total else None
+    if capacity and capacity >= 0.01:  # as printed, never rounded up: 23.65 GiB is not a 24 GiB card
+        args.append(f"--gpu-mem {_gib_text(capacity)}")
+    command = localize(f"`{' '.join(args)}`", ctx)
     fragmented = ""
     if reserved and reserved.group(1) and _gib(reserved.group(1)) and tried and _gib(tried.group(1)) and \
             _gib(reserved.group(1)) >= _gib(tried.group(1)):
         fragmented = " The reserved-but-unallocated memory exceeds the request: fragmentation; " \
                      "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough."
     return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
-            f"Run `{' '.join(args)}` (values from this log where it printed them) to see the peak and what to "
+            f"Run {command} ({_printed(ctx, capacity, command)}) to see the peak and what to "
             f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
             f"gradient accumulation, shorter sequences.{fragmented}")
+
+
+def _printed(ctx, capacity: float | None, command: str) -> str:
+    """Which values of the suggested ``command`` came from the log, and which placeholders are left, in words."""
+    shown = []
+    if ctx.model and " MODEL " not in command:
+        shown.append(f"the model {ctx.model}")
+    if ctx.config:
+        shown.append(f"the config {ctx.config}")
+    if ctx.settings:
+        shown.append("DeepSpeed's settings")
+    if ctx.world_size or ctx.per_node:
+        shown.append(f"world size {ctx.world_size or ctx.per_node * (ctx.nodes or 1)}"
+                     + (f" on {ctx.nodes} nodes" if ctx.nodes and ctx.nodes > 1 else ""))
+    if ctx.seq_len and "SEQ_LEN" not in command:
+        shown.append(f"the sequence length {ctx.seq_len}")
+    if capacity:
+        shown.append("the card's total memory as CUDA reported it")
+    left = [word for word in ("MODEL", "SEQ_LEN") if word in command]
+    rest = f"; give {' and '.join(left)}" if left else ""
+    return ("from this log: " + ", ".join(shown) + rest if shown else
+            "this log printed none of the run's settings: give yours")
 
 
 def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -365,21 +399,6 @@ def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
     return where + text[:300] + ": " + " ".join(after)[:240], ""
 
 
-NO_MODULE = re.compile(r"No module named '([\w.]{1,200})'")
-
-
-def _import(match: Match, lines: list[Line]) -> tuple[str, str]:
-    text = match.line.text.strip()
-    missing = NO_MODULE.search(text)
-    if missing and missing.group(1).split(".")[0] in ("deepspeed", "torch"):
-        package = missing.group(1).split(".")[0]
-        return text[:300], (f"Install {package} in the environment the launcher uses (the same python: `which "
-                            f"python` on every node); `dsdoctor env` shows what is installed.")
-    return text[:300], ("A package is older or newer than the code that imports it expects: `dsdoctor env` lists the "
-                        "versions and those known to break each other; pin the versions the training repository "
-                        "names (its requirements.txt).")
-
-
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
     g = match.groups.groupdict()
     rank = g.get("rank") or g.get("rank2")
@@ -459,9 +478,17 @@ def _stopped(match: Match, lines: list[Line]) -> tuple[str, str]:
 # --- the catalogue of signatures ------------------------------------------------------------------------------------
 
 def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False,
-         spoils=False) -> Signature:
+         spoils=False, follows=(), caught_note="") -> Signature:
     needles = (needles,) if isinstance(needles, str) else tuple(needles)
-    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence, spoils)
+    return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence, spoils,
+                     tuple(follows), caught_note)
+
+
+#: the signatures of an fp16 loss scale at its floor: a NaN in the same log is their consequence
+FP16_FLOOR = ("loss-scale-floor", "loss-scale-stuck")
+#: import failures a caller may catch (an optional package tried, its traceback logged, the run going on): like an
+#: unnamed Python error, no failure when their rank trains on after them (findings.survived)
+SURVIVABLE = frozenset({"no-deepspeed", "no-torch", "no-package", "op-abi", "import-error"})
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -474,7 +501,8 @@ SIGNATURES: tuple[Signature, ...] = (
          "dsdoctor nccl"),
     _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
          r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:errno: 98|EADDRINUSE|[Aa]ddress already in use)",
-         _first_line, "dsdoctor env (or nccl, smoke): MASTER_PORT busy, before any rank starts"),
+         _first_line, "dsdoctor env", caught_note="finds MASTER_PORT busy before any rank starts (so do "
+         "`dsdoctor nccl` and `dsdoctor smoke`)"),
     _sig("port-privileged", "NET406", ("Permission denied", "EACCES"),
          r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:failed to bind to \[?[^\]\n]{0,200}\]?:(?P<port>\d{1,5}) "
          r"\(errno: 13|port: (?P<port2>\d{1,5}),[^\n]{0,300}?name: EACCES)",
@@ -487,28 +515,28 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients"),
          r"(?:DistNetworkError|DistStoreError|RuntimeError|TimeoutError|ConnectionError)\b[^\n]{0,600}?"
          r"(?:failed to connect|waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
-         "dsdoctor env on each node (MASTER_ADDR reachable)"),
+         "dsdoctor env", caught_note="on each node (MASTER_ADDR reachable)"),
     _sig("nccl-no-interface", "NET402", "no socket interface found",
          r"no socket interface found", _first_line, "dsdoctor env"),
     _sig("nccl-connect", "NET411", ("NCCL WARN",),
          r"NCCL WARN (?:socketStartConnect|socketPollConnect|Net : Connect to|Call to connect|NET/Socket : Connect to)"
          r"[^\n]{0,200}?(?<![\d.])(?P<addr>\d{1,3}(?:\.\d{1,3}){3})(?![\d.])[^\n]{0,200}?(?:failed|returned|timed out)",
-         _nccl_connect, "dsdoctor env on each node (NET411: the interface NCCL would use)"),
+         _nccl_connect, "dsdoctor env", caught_note="on each node (NET411: the interface NCCL would use)"),
     _sig("batch-assertion", "DS102", "train_batch_size is not equal to",
          r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s{1,8}(\d+)\s{0,8}"
-         r"!=\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)", _batch, "dsdoctor check"),
+         r"!=\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)", _batch, "dsdoctor check ds_config.json"),
     _sig("auto-compare", "DS101", "not supported between instances of 'str'",
          r"TypeError: '[<>=]{1,2}' not supported between instances of 'str' and '(?:int|float)'", _first_line,
-         "dsdoctor check --launch engine"),
+         "dsdoctor check ds_config.json --launch engine"),
     _sig("auto-multiply", "DS101", "non-int of type 'str'",
-         r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check --launch engine"),
+         r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check ds_config.json --launch engine"),
     _sig("auto-convert", "DS101", ("'auto'", "got auto"),
          r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'|"
          r"must be (?:a|an) [\w ]{1,80}, got auto\b", _first_line,
-         "dsdoctor check --launch engine"),
+         "dsdoctor check ds_config.json --launch engine"),
     _sig("hf-mismatch", "HF201", "mismatch TrainingArguments values",
          r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values", _mismatch,
-         "dsdoctor check --launch trainer --hf-args"),
+         "dsdoctor check ds_config.json --launch trainer --hf-args args.json"),
     _sig("cuda-oom", "MEM501", "out of memory",
          r"(?:OutOfMemoryError|RuntimeError): CUDA out of memory|CUDA error: out of memory", _oom, "dsdoctor estimate"),
     _sig("host-oom-kill", "MEM504", ("-9", "Signal 9"),
@@ -520,10 +548,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
     _sig("shm-bus-error", "ENV312", ("Bus error", "bus error"),
          r"Bus error|ERROR: Unexpected bus error encountered in worker|No space left on device[^\n]{0,300}?shm",
-         _first_line, "dsdoctor env (the /dev/shm size)"),
+         _first_line, "dsdoctor env", caught_note="(the /dev/shm size)"),
     _sig("cuda-home", "ENV305", "CUDA_HOME",
          r"CUDA_HOME does not exist|CUDA_HOME environment variable is not set", _first_line,
-         "dsdoctor env (toolchain) / env --build-ops"),
+         "dsdoctor env --build-ops ds_config.json", caught_note="(the toolchain, then the ops the config needs)"),
     _sig("arch-suffix", "ENV307", "invalid literal for int() with base 10: '",
          r"invalid literal for int\(\) with base 10: '\d{1,4}[a-z]'", _arch, "dsdoctor env"),
     _sig("no-kernel-image", "ENV308", "no kernel image is available",
@@ -532,42 +560,64 @@ SIGNATURES: tuple[Signature, ...] = (
          r"Error building extension '(?P<op>\w{1,100})'", _build, "dsdoctor env --build-ops ds_config.json"),
     _sig("bf16-unsupported", "DS111", "bf16",
          r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
-         "dsdoctor check --gpu auto"),
+         "dsdoctor check ds_config.json --gpu auto",
+         caught_note="on the training machine (auto reads its GPUs through NVML; elsewhere --gpu NAME as nvidia-smi "
+                     "names it: --gpu V100)"),
     _sig("dtype-mismatch", "DS113", ("expected scalar type", "same dtype", "should be the same"),
          r"expected scalar type \w{1,40} but found \w{1,40}|mat1 and mat2 must have the same dtype|"
          r"Input type \([^()\n]{1,200}\) and weight type \([^()\n]{1,200}\) should be the same|"
          r"expected (?:mat1 and mat2|both) to have the same dtype", _first_line,
-         "dsdoctor check --model MODEL"),
-    _sig("loss-scale-floor", "DS114", ("Current loss scale already at minimum", "reducing to 1"),
-         r"Current loss scale already at minimum|Attempted loss scale: 1(?:\.0)?, reducing to 1\b", _first_line,
-         "dsdoctor check --model MODEL"),
+         "dsdoctor check ds_config.json --model MODEL"),
+    # the fp16 loss scale at its floor (precision.py: DeepSpeed's loss scalers, what they print)
+    _sig("loss-scale-floor", "DS114", precision.FLOOR_NEEDLES, precision.FLOOR, precision.describe_floor,
+         "dsdoctor check ds_config.json --model MODEL", spoils=True),
+    _sig("loss-scale-stuck", "DS114", (), precision.STUCK, precision.describe_floor,  # no needles: findings.scan
+         "dsdoctor check ds_config.json --model MODEL", spoils=True),
     _sig("nan-loss", "TRN602", ("nan", "NaN"),
-         r"['\"]loss['\"]: '?nan|\bloss[=:]\s{0,4}nan\b|Loss is NaN|loss is nan|['\"]grad_norm['\"]: '?nan",
-         _first_line, "dsdoctor smoke --steps 100", spoils=True),
+         r"['\"]loss['\"]: '?nan|\bloss[=:]\s{0,4}nan\b|Loss is NaN|loss is nan",
+         _first_line, "dsdoctor smoke --model PATH --deepspeed ds_config.json --steps 100", spoils=True,
+         follows=FP16_FLOOR),
+    # a NaN gradient norm: a NaN of the weights, unless it is a step the fp16 loss scaler skipped (findings.scan)
+    _sig("nan-grad-norm", "TRN602", ("nan",),
+         r"['\"]grad_norm['\"]: '?nan",
+         _first_line, "dsdoctor smoke --model PATH --deepspeed ds_config.json --steps 100", spoils=True,
+         follows=FP16_FLOOR),
     _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
          r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)",
-         _first_line, "dsdoctor check (stage3_gather_16bit_weights_on_model_save)", spoils=True),
+         _first_line, "dsdoctor check ds_config.json", spoils=True,
+         caught_note="(stage3_gather_16bit_weights_on_model_save)"),
     _sig("adapter-keys-missing", "DS142", "missing adapter keys",
          r"Found missing adapter keys while loading the checkpoint", _first_line,
-         "dsdoctor check (ZeRO-3 saves; smoke --steps 100 reloads the adapter)", spoils=True),
+         "dsdoctor check ds_config.json", spoils=True,
+         caught_note="(ZeRO-3 saves); `dsdoctor smoke --deepspeed ds_config.json --steps 100` reloads the adapter"),
     _sig("lora-targets", "LOG803", "not found in the base model",
-         r"Target modules? [^\n]{0,2000}? not found in the base model", _first_line, "dsdoctor estimate --method lora"),
+         r"Target modules? [^\n]{0,2000}? not found in the base model", _first_line,
+         "dsdoctor estimate --model MODEL --method lora"),
     _sig("zero3-lora-base", "LOG804", "ZeRO3 is incompatible with LoRA",
          r"ZeRO3 is incompatible with LoRA", _first_line),
     _sig("remote-code", "LOG802", ("custom code", "trust_remote_code"),
          r"contains custom code which must be executed|Do you wish to run the custom code|"
          r"requires you to execute [^\n]{0,300}?custom code|"
          r"(?:pass the argument|set the option) `trust_remote_code=True`",
-         _first_line,
-         "dsdoctor check --model PATH (reads config.json only)"),
-    _sig("import-error", "ENV310", ("ImportError", "ModuleNotFoundError", "deepspeed_init()", "AttributeError"),
-         r"^\s{0,40}(?:\w{1,80}\.){0,8}(?:ImportError: cannot import name .+ from|ModuleNotFoundError: No module named|"
-         r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|AttributeError: module '\w{1,200}' has no "
-         r"attribute)", _import, "dsdoctor env"),
+         _first_line, "dsdoctor smoke --model PATH --trust-remote-code",
+         caught_note="(after reading the model's own code: smoke refuses a model whose auto_map runs code without "
+                     "it, before any rank starts, and with it proves the model loads and trains)"),
+    # import failures (imports.py): a package not installed, an incomplete or shadowed one, another version's code
+    _sig("no-deepspeed", "ENV309", imports.NO_DEEPSPEED_NEEDLES, imports.NO_DEEPSPEED, imports.missing_deepspeed,
+         "dsdoctor env", caught_note="(run with the job's python: the versions it imports)"),
+    _sig("no-torch", "ENV301", imports.NO_TORCH_NEEDLES, imports.NO_TORCH, imports.missing_torch, "dsdoctor env",
+         caught_note="(run with the job's python: the versions it imports)"),
+    _sig("no-package", "LOG808", imports.NO_PACKAGE_NEEDLES, imports.NO_PACKAGE, imports.missing_package,
+         "dsdoctor env", caught_note="(run with the job's python: the fine-tuning stack it imports)"),
+    _sig("op-abi", "ENV317", imports.OP_ABI_NEEDLES, imports.OP_ABI, imports.op_abi, "dsdoctor env --deep",
+         caught_note="(each DeepSpeed op against the installed torch)"),
+    _sig("import-error", "ENV310", imports.VERSION_MISMATCH_NEEDLES, imports.VERSION_MISMATCH,
+         imports.version_mismatch, "dsdoctor env", caught_note="(the installed versions and those known to break "
+                                                               "each other)"),
     _sig("no-optimizer", "DS120", "requires an optimizer",
-         r"zero stage \d requires an optimizer", _first_line, "dsdoctor check --launch engine"),
+         r"zero stage \d requires an optimizer", _first_line, "dsdoctor check ds_config.json --launch engine"),
     _sig("ds-config-invalid", "DS199", "validation error for DeepSpeed",
-         r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check"),
+         r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check ds_config.json"),
     _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode"),
          r"--local_rank=(?P<rank2>\d{1,6})'?\] exits with return code = (?P<code2>[1-9]\d{0,3})(?!\d)|"
          r"failed \(exitcode: (?P<code>[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)", _rank_exit,
@@ -593,6 +643,22 @@ SIGNATURES: tuple[Signature, ...] = (
 #: has. No needle may contain another (``findall`` would hide the shorter one; tests/test_explain.py checks it).
 NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURES for n in s.needles}, key=len,
                                                               reverse=True)))
+#: The same needles found at every position (a lookahead: overlapping occurrences too), so that ``findall`` names
+#: every needle a line holds; and, for each needle, the indices in :data:`SIGNATURES` of the signatures that have it:
+#: a line is tried against those signatures only (a frequent needle, DeepSpeed's ``skipped=`` on every step line,
+#: costs one signature, not the whole table).
+NEEDLES_AT = re.compile("(?=(" + NEEDLES.pattern + "))")
+NEEDLE_SIGNATURES: dict[str, tuple[int, ...]] = {
+    n: tuple(i for i, s in enumerate(SIGNATURES) if n in s.needles) for s in SIGNATURES for n in s.needles}
+
+
+def candidates(text: str) -> list[Signature]:
+    """The signatures whose needles ``text`` holds, in :data:`SIGNATURES` order (the order a line's matches are
+    added in)."""
+    found = set(NEEDLES_AT.findall(text))
+    if len(found) == 1:
+        return [SIGNATURES[i] for i in NEEDLE_SIGNATURES[found.pop()]]
+    return [SIGNATURES[i] for i in sorted({i for n in found for i in NEEDLE_SIGNATURES[n]})]
 #: An exception's (dotted) name, as a traceback's last line starts
 EXCEPTION_NAME = (r"(?:[A-Za-z_]\w{0,80}\.){0,12}"
                   r"(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)")

@@ -1,0 +1,313 @@
+"""Import failures: a package that is not installed (ENV309 DeepSpeed, ENV301 torch, LOG808 any other), one that is
+installed but incomplete or shadowed by a file of the user's (LOG808), and code written for another version of a
+package (ENV310: ``cannot import name``, a missing submodule, a compiled extension built for another torch).
+
+What Python says, and what it means (``importlib._bootstrap._find_and_load_unlocked``, ``runpy._get_module_details``):
+
+- ``ModuleNotFoundError: No module named 'flash_attn'``: the first missing component of the dotted name. A top-level
+  name is a package that is not installed in the Python the launcher started; ``'transformers.deepspeed'`` means
+  transformers is installed and has no such module (another version); ``'deepspeed.launcher'; 'deepspeed' is not a
+  package`` means a module file ``deepspeed.py`` was imported instead of the package (a file of the user's shadows it).
+- ``python -m deepspeed`` without it: ``/usr/bin/python: No module named deepspeed``; ``python -m
+  deepspeed.launcher.runner``: ``Error while finding module specification for 'deepspeed.launcher.runner'
+  (ModuleNotFoundError: No module named 'deepspeed')``; the console script absent: ``bash: deepspeed: command not
+  found``.
+- ``ImportError: /path/x.so: undefined symbol: ...``: a compiled extension built against another torch (a DeepSpeed op:
+  ENV317); ``ImportError: libcudart.so.11.0: cannot open shared object file`` (``OSError`` from ctypes, bitsandbytes):
+  a package built for another CUDA (the dynamic loader's messages, ``dlopen``).
+- ``ImportError: cannot import name 'X' from 'Y' (/path/Y/__init__.py)``: Y is installed without X (another
+  version); ``(unknown location)``: Y is a folder without ``__init__.py`` (a namespace package: a clone or a folder
+  named Y in the working directory, and Y not installed); ``from partially initialized module 'Y' (most likely due to
+  a circular import) (/path/Y.py)``: a file of the user's named Y.py, or a circular import.
+- DeepSpeed's ``deepspeed.ops.<group>.<op>_op`` is imported for an op its install recorded as prebuilt
+  (``deepspeed/ops/op_builder/builder.py`` ``OpBuilder.load``: ``installed_ops`` of ``git_version_info``, then
+  ``importlib.import_module(self.absolute_name())``); ``deepspeed.ops.op_builder`` is missing from some source builds
+  and forks (DeepSpeed issue 2060): either is an incomplete DeepSpeed install.
+- accelerate's, for the DeepSpeed plugin without DeepSpeed (``accelerate/state.py`` ``PartialState``): ``ImportError:
+  DeepSpeed is not available => install it using `pip3 install deepspeed` or build it from source``.
+- A module another version moved or removed (``transformers.deepspeed``, now ``transformers.integrations.deepspeed``;
+  ``torch._six``, gone in torch 2.0): the frame that raised it says whose code is old (an installed package's, in
+  site-packages, or the user's own).
+- transformers' own messages for a missing package: remote code's ``This modeling file requires the following packages
+  that were not found in your environment: A, B. Run `pip install A B``` (``dynamic_module_utils.check_imports``),
+  ``FlashAttention2 has been toggled on, but it cannot be used due to the following error: the package for
+  FlashAttention2 doesn't seem to be installed`` (``modeling_utils``; 4.x: ``the package flash_attn seems to be not
+  installed``), ``PEFT is not installed`` (``utils/peft_utils.py``), ``Using `bitsandbytes` 4-bit quantization
+  requires bitsandbytes: `pip install -U bitsandbytes>=...``` (``quantizers/quantizer_bnb_4bit.py``).
+"""
+
+from __future__ import annotations
+
+import re
+
+#: What a missing module's name is installed as, where pip's name differs from the import name (each from the
+#: package's own install instructions; a name not here is installed under its own name, pip normalising ``_``/``-``).
+PIP_NAMES = {
+    "yaml": "pyyaml", "sklearn": "scikit-learn", "skimage": "scikit-image", "cv2": "opencv-python",
+    "PIL": "pillow", "attr": "attrs", "dateutil": "python-dateutil", "bs4": "beautifulsoup4",
+    "google": "protobuf", "Crypto": "pycryptodome", "fitz": "pymupdf", "jwt": "pyjwt", "dotenv": "python-dotenv",
+    # flash-attention's README: it builds against the installed torch, so without build isolation
+    "flash_attn": "flash-attn --no-build-isolation",
+}
+#: packages pip cannot install by their import name, and what to do instead
+NOT_ON_PYPI = {
+    "apex": "NVIDIA apex is not on PyPI: build it from its repository (github.com/NVIDIA/apex), or drop the apex "
+            "fused optimizer/LayerNorm option of the training script",
+}
+#: the packages of a fine-tuning stack whose absence says the wrong Python ran (a venv or conda env not activated)
+STACK = ("deepspeed", "torch", "transformers", "peft", "accelerate", "datasets", "bitsandbytes", "flash_attn", "trl")
+
+#: the exception's line start: a dotted exception name at the start of a traceback's last line
+_START = r"^\s{0,40}(?:\w{1,80}\.){0,8}"
+#: one module name: a dotted name of at most 200 characters (bounded: no quadratic backtracking)
+_DOTTED = r"[A-Za-z_][\w.]{0,200}"
+
+#: The missing packages (ENV309, ENV301, LOG808) and the version mismatches (ENV310): one pattern each, matching
+#: disjoint lines.
+NO_DEEPSPEED = (
+    _START + r"ModuleNotFoundError: No module named 'deepspeed'|"
+    # accelerate/state.py PartialState (the Trainer's and accelerate launch's DeepSpeed plugin)
+    r"ImportError: DeepSpeed is not available => install it|"
+    r"Error while finding module specification for '[\w.]{1,200}' \(ModuleNotFoundError: No module named "
+    r"'deepspeed'\)|python[\d.]{0,6}: No module named deepspeed(?![\w.])|"
+    r"\bdeepspeed: (?:command )?not found|command not found: deepspeed\b")
+NO_TORCH = (
+    _START + r"ModuleNotFoundError: No module named 'torch'|"
+    r"Error while finding module specification for '[\w.]{1,200}' \(ModuleNotFoundError: No module named "
+    r"'torch'\)|python[\d.]{0,6}: No module named torch(?![\w.])|"
+    r"\btorchrun: (?:command )?not found|command not found: torchrun\b")
+NO_PACKAGE = (
+    _START + r"ModuleNotFoundError: No module named '(?!(?:deepspeed|torch)')(?P<module>[A-Za-z_]\w{0,100})'|"
+    + _START + r"ModuleNotFoundError: No module named '(?P<dsop>deepspeed\.ops\.[\w.]{1,200})'|"
+    + _START + r"ModuleNotFoundError: No module named '(?P<dotted>" + _DOTTED + r")'; '(?P<shadow>\w{1,100})' is "
+    r"not a package|"
+    + _START + r"ImportError: cannot import name '?\w{1,200}'? from '(?P<namespace>" + _DOTTED
+    + r")' \(unknown location\)|"
+    + _START + r"ImportError: cannot import name '?\w{1,200}'? from partially initialized module '(?P<partial>"
+    + _DOTTED + r")'|"
+    r"This modeling file requires the following packages that were not found in your environment: "
+    r"(?P<remote>[\w., -]{1,500}?)\. Run|"
+    r"FlashAttention(?P<fa>\d?) has been toggled on, but it cannot be used due to the following error: the package "
+    r"(?:flash_attn seems to be not installed|for FlashAttention\d? doesn't seem to be installed)|"
+    r"(?P<peft>PEFT is not installed)|"
+    r"Using `bitsandbytes` \d-bit quantization requires (?:the latest version of )?(?P<bnb>bitsandbytes|accelerate)")
+VERSION_MISMATCH = (
+    _START + r"(?:ImportError: cannot import name '?(?P<name>\w{1,200})'?(?: from '(?P<from>" + _DOTTED
+    + r")'(?! \(unknown location\))|\s{0,8}$)|"
+    r"ModuleNotFoundError: No module named '(?!deepspeed\.ops\.)(?P<sub>[A-Za-z_]\w{0,100}\.[\w.]{1,200})'(?!; )|"
+    r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|"
+    r"AttributeError: module '(?P<attr_of>[\w.]{1,200})' has no attribute|"
+    r"ImportError: (?P<so>(?![^\s]{0,400}/(?:deepspeed|torch_extensions)/)\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
+    r"undefined symbol|"
+    r"(?:ImportError|OSError): (?P<lib>lib[\w+-]{1,80}\.so(?:\.\d{1,6}){0,4}): cannot open shared object file)")
+#: a DeepSpeed op (prebuilt under site-packages/deepspeed/ops, or JIT-built into torch's extensions cache) compiled
+#: against another torch: the dynamic loader's "undefined symbol" when it is imported
+OP_ABI = (_START + r"ImportError: (?P<so>\S{0,400}/(?:deepspeed|torch_extensions)/\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
+          r"undefined symbol")
+#: the needles of each (a substring every matching line holds)
+#: (few and distinct: every needle costs each line of a log a little; the messages transformers, accelerate and the
+#: dynamic loader raise are ImportErrors, PEFT's a ValueError)
+NO_DEEPSPEED_NEEDLES = ("No module named", "command not found", "deepspeed: not found", "ImportError")
+NO_TORCH_NEEDLES = ("No module named", "command not found", "torchrun: not found")
+NO_PACKAGE_NEEDLES = ("No module named", "ImportError", "PEFT is not installed")
+VERSION_MISMATCH_NEEDLES = ("ImportError", "No module named", "deepspeed_init()", "AttributeError",
+                            "cannot open shared object file")
+OP_ABI_NEEDLES = ("ImportError",)
+
+
+def pip_install(module: str) -> str:
+    """The pip command that installs the top-level module ``module`` (``pip install flash-attn
+    --no-build-isolation`` for ``flash_attn``), or what to do for a package not on PyPI."""
+    top = module.split(".")[0]
+    if top in NOT_ON_PYPI:
+        return NOT_ON_PYPI[top]
+    return f"pip install {PIP_NAMES.get(top, top)}"
+
+
+def _where(match) -> str:
+    return f"rank {match.line.rank}: " if match.line.rank is not None else ""
+
+
+def _line(match) -> str:
+    return match.line.text.strip()[:300]
+
+
+_SAME_PYTHON = ("in the Python environment the launcher starts: the same python on every node (`which python`, "
+                "`python -c 'import {module}'`; a virtual or conda environment activated in the job script)")
+
+
+def missing_deepspeed(match, lines) -> tuple[str, str, dict]:
+    """ENV309 from a log: DeepSpeed is not importable in the Python that ran (or its launcher is not on PATH)."""
+    command = "command not found" in match.line.text or ": not found" in match.line.text
+    evidence = _where(match) + _line(match) + (
+        " (the `deepspeed` launcher is not on PATH: DeepSpeed is not installed in this environment, or the "
+        "environment is not activated)" if command else " (the Python that ran has no DeepSpeed)")
+    fix = ("Install DeepSpeed " + _SAME_PYTHON.format(module="deepspeed") + ": `pip install deepspeed`; then "
+           "`dsdoctor env`, run with that python, shows what is installed.")
+    return evidence, fix, {}
+
+
+def missing_torch(match, lines) -> tuple[str, str, dict]:
+    """ENV301 from a log: torch is not importable in the Python that ran (or torchrun is not on PATH)."""
+    command = "command not found" in match.line.text or ": not found" in match.line.text
+    evidence = _where(match) + _line(match) + (
+        " (torchrun is not on PATH: torch is not installed in this environment, or the environment is not "
+        "activated)" if command else " (the Python that ran has no torch)")
+    fix = ("Install torch " + _SAME_PYTHON.format(module="torch") + ": the CUDA build for your driver "
+           "(https://pytorch.org/get-started/locally/), then DeepSpeed; `dsdoctor env`, run with that python, shows "
+           "what is installed.")
+    return evidence, fix, {}
+
+
+def missing_package(match, lines) -> tuple[str, str, dict]:
+    """LOG808: the package a run imports is not installed, its install is incomplete (DeepSpeed's ops), or a file
+    of the user's shadows it. Returns (evidence, fix, {'title': ...})."""
+    g = match.groups.groupdict()
+    evidence = _where(match) + _line(match)
+    if g.get("module"):
+        module = g["module"]
+        stack = module in STACK
+        return (evidence + f" (the Python that ran has no package {module})",
+                f"`{pip_install(module)}` " + _SAME_PYTHON.format(module=module) + "."
+                + (" It belongs to the fine-tuning stack: if it is installed elsewhere, the run started another "
+                   "Python (`dsdoctor env`, run with the job's python, lists the stack)." if stack else ""),
+                {"title": f"{module} is not installed"})
+    if g.get("dsop"):
+        module = g["dsop"]
+        return (evidence + f" (DeepSpeed is installed, without its module {module})",
+                "DeepSpeed's install is incomplete: a source build without deepspeed/ops/op_builder, a fork, or an "
+                "op recorded as prebuilt whose module is gone (copied between machines, a partial upgrade). "
+                "Reinstall it: `pip install --force-reinstall --no-cache-dir deepspeed` (its ops are then JIT-built "
+                "at first use); `dsdoctor env --deep` shows the ops DeepSpeed finds.",
+                {"title": f"DeepSpeed's install is incomplete ({module} is missing)"})
+    if g.get("shadow") or g.get("partial") or g.get("namespace"):
+        name = g.get("shadow") or g.get("partial") or g.get("namespace")
+        top = name.split(".")[0]
+        if g.get("namespace"):
+            what = (f"'{name}' was found as a folder without __init__.py (a namespace package), not the installed "
+                    f"package: a folder named {top} in the working directory or on PYTHONPATH (a clone), with "
+                    f"{top} itself not installed")
+        elif g.get("shadow"):
+            what = (f"'{top}' was imported as a module file, not the package: a file named {top}.py in the working "
+                    f"directory or on PYTHONPATH shadows it")
+        else:
+            what = (f"'{name}' was imported while it was still being imported: a file of yours named "
+                    f"{name.split('.')[-1]}.py shadows the package, or two of your modules import each other")
+        return (evidence + f" ({what})",
+                f"Rename the file or folder named {top} that is not the package (the path in the traceback), delete "
+                f"its __pycache__, and run again; then `{pip_install(top)}` if {top} is not installed.",
+                {"title": f"a local file or folder shadows the package {top}"})
+    if g.get("remote"):
+        packages = [p.strip() for p in g["remote"].split(",") if p.strip()][:12]
+        commands = sorted({pip_install(p) for p in packages})
+        return (evidence + f" (the model repository's own code imports {', '.join(packages)}, not installed)",
+                "Install what the model's code imports, " + _SAME_PYTHON.format(module=packages[0] if packages else
+                                                                                 "MODULE")
+                + ": " + "; ".join(f"`{c}`" if c.startswith("pip ") else c for c in commands) + ".",
+                {"title": f"the model's remote code needs {', '.join(packages[:4])}, not installed"})
+    if "toggled on" in match.line.text:
+        return (evidence + " (flash-attn is not installed)",
+                "`pip install flash-attn --no-build-isolation` (it compiles against the installed torch and CUDA), "
+                "or load the model without it: attn_implementation=\"sdpa\" (LLaMA-Factory: --flash_attn sdpa).",
+                {"title": "flash-attn is not installed (attn_implementation=\"flash_attention_2\")"})
+    if g.get("peft"):
+        return (evidence, "`pip install peft` " + _SAME_PYTHON.format(module="peft") + ".",
+                {"title": "peft is not installed"})
+    if g.get("bnb") == "accelerate":
+        return (evidence, "`pip install accelerate` " + _SAME_PYTHON.format(module="accelerate") + ".",
+                {"title": "accelerate is not installed (bitsandbytes quantization needs it)"})
+    return (evidence, "Install or upgrade bitsandbytes as the message says (`pip install -U bitsandbytes`), "
+                      + _SAME_PYTHON.format(module="bitsandbytes") + "; on a machine without a supported GPU, load "
+                      "the model without quantization.",
+            {"title": "bitsandbytes is not installed, or too old, for the quantization asked for"})
+
+
+#: the site of a compiled extension's path: torch's JIT cache, DeepSpeed's prebuilt ops
+_JIT_CACHE = re.compile(r"^(?P<dir>\S{0,300}/torch_extensions/[^/\s]{1,100}/[^/\s]{1,100})/[^/\s]{1,200}$")
+
+
+def version_mismatch(match, lines) -> tuple[str, str, dict]:
+    """ENV310 from a log: code written for another version of a package (a name or a module it lacks, an argument
+    it does not take), or a compiled extension built for another torch. Returns (evidence, fix, {'title': ...})."""
+    g = match.groups.groupdict()
+    evidence = _where(match) + _line(match)
+    package = None
+    if g.get("from"):
+        package = g["from"].split(".")[0]
+    elif g.get("sub"):
+        package = g["sub"].split(".")[0]
+    elif g.get("attr_of"):
+        package = g["attr_of"].split(".")[0]
+    elif "deepspeed_init()" in match.line.text:
+        package = "transformers"
+    if g.get("lib"):
+        lib = g["lib"]
+        cuda = re.match(r"lib(?:cudart|cublas\w{0,8}|cusparse|cufft|curand|cusolver|nvrtc|cudnn\w{0,12})\.so\.(\d{1,3})", lib)
+        why = (f"{lib} is the runtime of CUDA {cuda.group(1)}: a package here was built for CUDA {cuda.group(1)} "
+               f"(bitsandbytes, flash-attn, xformers, an older torch or DeepSpeed op)" if cuda else
+               f"a compiled package needs {lib}, which is not on the library path")
+        return (evidence + f" ({why})",
+                "Install the build of that package for the installed torch's CUDA (`python -c 'import torch; "
+                "print(torch.version.cuda)'`), or the CUDA runtime it names; `dsdoctor env` shows torch's CUDA, the "
+                "driver's and nvcc's.",
+                {"title": f"a shared library is missing ({lib[:60]}): a package built for another CUDA"})
+    if g.get("so"):
+        name = g["so"].rsplit("/", 1)[-1]
+        return (evidence, "Reinstall the package that ships it, built for the installed torch and CUDA (flash-attn: "
+                          "`pip install --force-reinstall --no-build-isolation flash-attn`), or install the torch "
+                          "version it was built for.",
+                {"title": f"a compiled extension ({name[:80]}) was built for another torch or CUDA"})
+    shown = package or "a package"
+    moved = MOVED.get(g.get("sub") or "")
+    if moved:
+        evidence += f" ({moved})"
+    raiser = _raised_in(match, lines)
+    if raiser and raiser != package:
+        fix = (f"The installed {raiser} (the frame that raised it is in its package) was written for another version "
+               f"of {shown}: upgrade it to a release made for the installed {shown} (`pip install -U "
+               f"{PIP_NAMES.get(raiser, raiser)}`), or pin {shown} to a version it supports; `dsdoctor env` lists the "
+               f"installed versions and those known to break each other.")
+        return evidence, fix, {"title": f"a version mismatch: the installed {raiser} expects another version of "
+                                        f"{shown}"}
+    fix = (f"The code was written for another version of {shown}: `dsdoctor env` lists the installed versions and "
+           f"those known to break each other; pin the versions the training repository names (its "
+           f"requirements.txt), or update the code to the installed {shown}.")
+    return evidence, fix, {"title": f"a version mismatch: the code expects another version of {shown}"}
+
+
+#: modules that moved or went away, and what to import instead (their packages' own changes)
+MOVED = {
+    "transformers.deepspeed": "transformers moved it to transformers.integrations.deepspeed (is_deepspeed_zero3_enabled, "
+                              "HfDeepSpeedConfig); the old module is gone from current releases",
+    "torch._six": "torch 2.0 removed torch._six; DeepSpeed's own import of it is guarded since (runtime/utils.py: "
+                  "try ... except ModuleNotFoundError: from torch import inf)",
+}
+#: a traceback frame in an installed package: File ".../site-packages/<package>/..." (dist-packages: Debian's Python)
+_FRAME_PACKAGE = re.compile(r"^\s{0,8}File \"[^\"\n]{0,400}?/(?:site|dist)-packages/(?P<package>[A-Za-z_]\w{0,80})/")
+
+
+def _raised_in(match, lines) -> str | None:
+    """The installed package whose code raised ``match``'s error: the last frame of its rank before it, when that
+    frame is in site-packages (None for the user's own code)."""
+    for line in reversed(lines[max(0, match.line_index - 40):match.line_index]):
+        if line.rank != match.line.rank or "File \"" not in line.text:
+            continue
+        found = _FRAME_PACKAGE.match(line.text)
+        return found.group("package") if found else None
+    return None
+
+
+def op_abi(match, lines) -> tuple[str, str, dict]:
+    """ENV317 from a log: a DeepSpeed op compiled against another torch (prebuilt in DeepSpeed's install, or
+    JIT-built by an earlier torch and still in torch's extensions cache). Returns (evidence, fix, {'title': ...})."""
+    path = match.groups.group("so")
+    evidence = _where(match) + _line(match)
+    cache = _JIT_CACHE.match(path)
+    if cache:
+        return (evidence + " (an op JIT-built by an earlier torch, still in torch's extensions cache)",
+                f"Delete the cached build: `rm -rf {cache.group('dir')}` (it is rebuilt at first use, for the "
+                f"installed torch).", {"title": "a DeepSpeed op in torch's extensions cache was built for another "
+                                                "torch"})
+    return (evidence + " (DeepSpeed's prebuilt op, compiled against another torch)",
+            "Reinstall DeepSpeed against the installed torch: `DS_BUILD_OPS=1 pip install --no-cache-dir "
+            "--force-reinstall deepspeed`, or without DS_BUILD_OPS (its ops are then JIT-built at first use).", {})
