@@ -81,6 +81,86 @@ def test_config_for_8_gpus_launched_on_7():
     assert valid_world_sizes(64, 4, 2) == [8]
 
 
+def test_tutorial_config_on_3_gpus_proposes_only_triples_deepspeed_accepts():
+    """The first tutorial's config (train_batch_size 32, gradient_accumulation_steps 4, no micro batch) on 3 GPUs:
+    "drop train_batch_size" alone would leave neither train_batch_size nor a micro batch, which DeepSpeed refuses
+    (DS104); the fix writes the micro batch in its place instead."""
+    config = {"train_batch_size": 32, "gradient_accumulation_steps": 4, "optimizer": OPT}
+    f = finding(config, "DS102", world_size=3)
+    assert "32 != 2 * 4 * 3" in f.evidence
+    assert "drop train_batch_size" not in f.fix
+    assert f.fix == ("Set train_batch_size 24 = micro 2 x gradient_accumulation_steps 4 x world size 3 (the global "
+                     "batch becomes 24, not 32: 32 is not a multiple of world size 3); or replace train_batch_size by "
+                     '"train_micro_batch_size_per_gpu": 2 (DeepSpeed then derives train_batch_size for any world '
+                     "size: 2 x 4 x 3 = 24 here, not 32).")
+    assert ids({k: v for k, v in config.items() if k != "train_batch_size"}, world_size=3) == ["DS104"]
+    assert ids({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "optimizer": OPT},
+               world_size=3) == []
+    # with a micro batch given, dropping train_batch_size is accepted, and so is the same global batch on 4 GPUs
+    f = finding({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                 "optimizer": OPT}, "DS102", world_size=4)
+    assert "keep the global batch 32: micro 2 x gradient_accumulation_steps 4 x world size 4" in f.fix
+    # the micro batch (the memory) kept first, then the accumulation; dropping train_batch_size says what it costs
+    assert f.fix.startswith("Keep the global batch 32: micro 4 x gradient_accumulation_steps 2 x world size 4")
+    assert ("drop train_batch_size so DeepSpeed derives it: micro 4 x gradient_accumulation_steps 4 x world size 4 "
+            "= 64 (the global batch becomes 64, not 32)") in f.fix
+
+
+def test_every_batch_proposal_is_accepted_by_deepspeedconfig():
+    """Each triple DS102/DS103 proposes, for every partial triple DeepSpeed refuses on world sizes 1..8, is one that
+    DeepSpeed's own DeepSpeedConfig accepts on that world size (dist.get_world_size patched, as the differential
+    tests do); and the fix text names no proposal that was not checked."""
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds
+
+    from dsdoctor.checks.deepspeed_config import batch_proposals
+
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    refused = proposed = 0
+    for train in (None, 4, 12, 32, 96):
+        for micro in (None, 1, 3, 4):
+            for acc in (None, 1, 2, 4):
+                for ws in range(1, 9):
+                    error = derive_batch(train, micro, acc, ws)[4]
+                    if error is None or error.startswith("Either"):
+                        continue
+                    refused += 1
+                    proposals = batch_proposals(train, micro, acc, ws)
+                    assert proposals, (train, micro, acc, ws)
+                    config = {k: v for k, v in zip(keys, (train, micro, acc)) if v is not None}
+                    fix = finding({**config, "optimizer": OPT}, "DS103" if "greater than 0" in error else "DS102",
+                                  world_size=ws).fix
+                    for text, values in proposals:
+                        proposed += 1
+                        assert text[1:] in fix
+                        trial = {k: v for k, v in values.items() if v is not None}
+                        with mock.patch.object(ds.dist, "get_world_size", return_value=ws), \
+                                mock.patch.object(ds.dist, "get_rank", return_value=0):
+                            real = ds.DeepSpeedConfig(dict(trial))  # raises on a triple DeepSpeed refuses
+                        assert real.train_batch_size == real.train_micro_batch_size_per_gpu * \
+                            real.gradient_accumulation_steps * ws
+                    # and what --fix writes is the first proposal, which DeepSpeed accepts too
+                    result = check_config({**config, "optimizer": OPT}, CheckContext(world_size=ws))
+                    fixed = {k: v for k, v in result.fixed_config(config).items() if k in keys}
+                    assert fixed == {k: v for k, v in proposals[0][1].items() if v is not None}
+                    assert ids({**fixed, "optimizer": OPT}, world_size=ws) == []
+    assert refused > 100 and proposed > refused
+
+
+def test_assumed_world_size_never_proposes_a_file_without_a_batch_size():
+    """With the world size assumed and a triple that holds on none, the fix for a file without a micro batch is to
+    replace train_batch_size by one, not to drop it (DS104)."""
+    f = finding({"train_batch_size": 30, "gradient_accumulation_steps": 4, "optimizer": OPT}, "DS102",
+                world_size_assumed=True, world_size_source="assumed")
+    assert "holds on no world size up to 1024" in f.evidence
+    assert "drop train_batch_size" not in f.fix
+    assert "replace train_batch_size by train_micro_batch_size_per_gpu" in f.fix
+    f = finding({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                 "optimizer": OPT}, "DS102", world_size_assumed=True, world_size_source="assumed")
+    assert "drop train_batch_size so DeepSpeed derives it" in f.fix
+
+
 @pytest.mark.parametrize("value, rule_id, severity", [
     (0, "DS103", "error"), (-2, "DS103", "error"), ("4", "DS103", "error"), (2.5, "DS103", "error"),
     (True, "DS103", "error"), (4.0, "DS103", "warning"), ("auto", "DS101", "error"),
@@ -318,7 +398,9 @@ def test_fix_writes_a_corrected_copy_and_never_the_input(runner, tmp_path):
     result = runner.invoke(cli, ["check", path, "--world-size", "4", "--fix", str(out), "--json", "-"])
     assert result.exit_code == 1 and open(path).read() == before
     fixed = json.loads(out.read_text())
-    assert fixed["train_batch_size"] == 16 and "zero_optimisation" not in fixed
+    # the global batch 32 is kept on 4 GPUs: micro 4 (as written) x gradient_accumulation_steps 2
+    assert (fixed["train_batch_size"], fixed["train_micro_batch_size_per_gpu"], fixed["gradient_accumulation_steps"]
+            ) == (32, 4, 2) and "zero_optimisation" not in fixed
     assert fixed["zero_optimization"] == {"stage": 2} and fixed["optimizer"]["type"] == "AdamW"
     assert fixed["fp16"]["enabled"] is False and fixed["bf16"]["enabled"] is True
     # the corrected copy passes
@@ -647,7 +729,8 @@ def test_assumed_world_size_is_a_warning_and_fix_keeps_the_triple(runner, tmp_pa
     # given the world size, the same file is checked and fixed for it
     data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "2", "--json", "-"]).stdout)
     assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["DS102"]
-    assert {c["path"]: c["new"] for c in data["result"]["changes"]}["train_batch_size"] == 16
+    # (the global batch 32 kept on 2 GPUs: micro 4 x gradient_accumulation_steps 4)
+    assert {c["path"]: c["new"] for c in data["result"]["changes"]} == {"gradient_accumulation_steps": 4}
 
 
 @pytest.mark.parametrize("config, severity, text", [

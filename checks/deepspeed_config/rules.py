@@ -27,7 +27,9 @@ DS102 = rule(
     why='DeepSpeed asserts it at initialize: "Check batch related parameters. train_batch_size is not equal to '
         'micro_batch_per_gpu * gradient_acc_step * world_size". A config written for 8 GPUs and launched on 7 '
         "fails this way.",
-    fix="Set the corrected triple shown, or drop train_batch_size and let DeepSpeed derive it (under the HF "
+    fix="Set one of the triples shown (each one DeepSpeed accepts on this world size; the global batch kept when "
+        "the world size divides it), or drop train_batch_size and let DeepSpeed derive it when "
+        "train_micro_batch_size_per_gpu is in the file (without either DeepSpeed refuses it; under the HF "
         'Trainer: "auto").',
     source=f"{_DS} _set_batch_related_parameters, _batch_assertion",
     example='{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1} on 4 GPUs')
