@@ -43,15 +43,44 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
     return 1, "no --world-size, no WORLD_SIZE from a launcher, no visible GPU"
 
 
+def resolve_transformers(option: str | None) -> tuple[str | None, str]:
+    """The transformers version of the training run, and where it came from: ``--transformers X.Y[.Z]``, or
+    ``installed`` for the one installed here; ``(None, "")`` when not given.
+
+    Raises:
+        DsdoctorError: a value that is no version.
+    """
+    from dsdoctor.checks.hf_trainer import parse_version
+
+    if option is None:
+        return None, ""
+    if option.strip().lower() == "installed":
+        from dsdoctor.checks.deepspeed_config import installed_version
+
+        version = installed_version("transformers")
+        if not version:
+            raise DsdoctorError("--transformers installed: transformers is not installed here; give the version the "
+                                "run uses (--transformers 4.57.6)")
+        return version, "--transformers installed"
+    version = parse_version(option)
+    if version is None or len(option) > 40:
+        raise DsdoctorError(f"--transformers {option[:40]!r}: not a version (give it as X.Y or X.Y.Z, e.g. 4.57.6, "
+                            "or installed)")
+    return ".".join(map(str, version)), "--transformers"
+
+
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
               gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
-              fix: str | None = None, deep: bool = False, gpu_cc: str | None = None) -> Report:
+              fix: str | None = None, deep: bool = False, gpu_cc: str | None = None,
+              transformers: str | None = None) -> Report:
     """Check a ds_config file; the body of ``dsdoctor check``.
 
     Returns a Report whose ``result`` holds ``world_size`` (and its source), ``launch``, ``effective`` (the config
     after the Trainer's fills and DeepSpeed's derivation and defaults), ``batch`` (the derived triple),
     ``provenance`` (user / default / derived / auto per value), ``changes`` (what ``--fix`` writes) and
-    ``schema``. Raises DsdoctorError on bad input (one line, exit 2).
+    ``schema``. ``transformers``: the transformers version of the training run ("4.57.6", or "installed": the one
+    here), for the TrainingArguments fields that depend on it (HF205). Raises DsdoctorError on bad input (one line,
+    exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
     from dsdoctor.configfile import read_ds_config_file, read_hf_args
@@ -63,6 +92,9 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
+    run_transformers, transformers_source = resolve_transformers(transformers)
+    if run_transformers is not None and launch != "trainer":
+        raise DsdoctorError("--transformers goes with --launch trainer (it says which TrainingArguments the run has)")
     parsed = read_ds_config_file(config_path, "CONFIG")
     config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
@@ -87,11 +119,14 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
                        duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
                        json_error=parsed.json_error, hjson_feature=parsed.hjson_feature,
-                       world_size_assumed=assumed)
+                       world_size_assumed=assumed, transformers_version=run_transformers,
+                       transformers_source=transformers_source)
     result = check_config(config, ctx)
     report = Report("check", result={
         "config": str(config_path), "world_size": ws, "world_size_source": ws_source,
         "world_size_assumed": assumed, "launch": launch,
+        "transformers": {"run": run_transformers, "source": transformers_source or "not given",
+                         "installed": ctx.transformers_installed or None} if launch == "trainer" else None,
         "client_optimizer": client_optimizer, "gpu": None if gpu_info is None else {
             "name": gpu_info.name, "compute_capability": f"{gpu_info.capability[0]}.{gpu_info.capability[1]}",
             "source": gpu_info.source},
@@ -216,13 +251,18 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
 @click.option("--gpu-cc", default=None, metavar="X.Y", help="Compute capability, for a GPU the table lacks (6.1).")
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="A model name (qwen2-7b, chatglm3-6b, ...) or a local directory with config.json.")
+@click.option("--transformers", "transformers", default=None, metavar="X.Y|installed",
+              help="The transformers version the training run uses (TrainingArguments fields differ: warmup_ratio is "
+                   "gone from 5.2); with --launch trainer. Default: both behaviours are named.")
 @click.option("--client-optimizer", is_flag=True, help="Your script passes optimizer= to deepspeed.initialize.")
 @click.option("--fix", default=None, metavar="OUT.json", help="Write a corrected copy here (CONFIG is never edited).")
 @click.option("--deep", is_flag=True, help="Also build DeepSpeed's own DeepSpeedConfig from the file (imports DeepSpeed).")
 @report_command(inputs=("config", "hf_args", "model"), outputs=("fix",))
-def check(config, world_size, launch, hf_args, gpu, gpu_cc, model, client_optimizer, fix, deep) -> Report:
+def check(config, world_size, launch, hf_args, gpu, gpu_cc, model, transformers, client_optimizer, fix,
+          deep) -> Report:
     """Check a DeepSpeed config (JSON or HJSON) before the model loads."""
     if gpu == "auto" and gpu_cc is not None:
         raise DsdoctorError("--gpu-cc goes with a GPU's name; with --gpu auto, NVML reports the capability")
     return run_check(config, world_size=world_size, launch=launch, hf_args=hf_args, gpu=gpu, model=model,
-                     client_optimizer=client_optimizer, fix=fix, deep=deep, gpu_cc=gpu_cc)
+                     client_optimizer=client_optimizer, fix=fix, deep=deep, gpu_cc=gpu_cc,
+                     transformers=transformers)
