@@ -623,6 +623,31 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
                            f"warmup_steps: {show(written)} to keep the config's warmup of {show(written)} steps "
                            '(then "auto" fills it with that)')
 
+    # accelerate's AcceleratorState (state.py) calls DeepSpeedPlugin.set_mixed_precision with the TrainingArguments'
+    # mixed precision ("fp16" if fp16, else "bf16" if bf16): it adds the block the config lacks, and refuses the other
+    # type enabled in the file (accelerate/utils/dataclasses.py)
+    if known:
+        out.training_args = args
+        mixed = "fp16" if args.get("fp16") is True else "bf16" if args.get("bf16") is True else None
+        if mixed is not None:
+            other = "bf16" if mixed == "fp16" else "fp16"
+            if mixed not in filled:
+                filled[mixed] = {"enabled": True, "auto_cast": True} if mixed == "fp16" else {"enabled": True}
+                origin[f"{mixed}.enabled"] = f"accelerate: TrainingArguments {mixed}=True and no {mixed} block"
+                fills.append(f"{mixed} <- {filled[mixed]} (accelerate set_mixed_precision: TrainingArguments "
+                             f"{mixed}=True, no {mixed} block)")
+            section = filled.get(other)
+            if isinstance(section, dict) and str(section.get("enabled", "False")).lower() == "true":
+                from dsdoctor.checks.deepspeed_config import DS110
+
+                out.add(DS110.finding(f"TrainingArguments {mixed}=True and the ds_config's {other}.enabled true: "
+                                      f"accelerate raises ValueError \"`--mixed_precision` arg cannot be set to "
+                                      f"`{mixed}` when `{other}` is set in the DeepSpeed config file.\"",
+                                      fix=f'Set "{other}": {{"enabled": "auto"}} so the Trainer fills it from '
+                                          "TrainingArguments, and keep one 16-bit type there."))
+                out.change(f"{other}.enabled", section.get("enabled"), "auto", "DS110",
+                           f"the Trainer fills it from TrainingArguments {other}")
+
     # accelerate's _prepare_deepspeed fills a few more, then refuses any "auto" left
     node, key = _find_node(filled, "zero_optimization.stage3_gather_16bit_weights_on_model_save")
     if node is not None and is_auto(node.get(key)):

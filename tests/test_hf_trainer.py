@@ -266,6 +266,76 @@ def test_cli_transformers_option(runner, tmp_path):
     assert r.exit_code == 2 and "--transformers goes with --launch trainer" in r.stderr
 
 
+# ------------------------------------------------------------------------------ item 2: TrainingArguments precision
+V100 = "Tesla V100-SXM2-32GB"
+BATCH_AUTO = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "zero_optimization": {"stage": 2}}
+
+
+@pytest.mark.parametrize("config", [{**BATCH_AUTO, "bf16": {"enabled": "auto"}}, BATCH_AUTO],
+                         ids=["ds-bf16-auto", "no-bf16-block"])
+def test_trainingarguments_bf16_on_a_v100_is_an_error(config):
+    """Issue 12: bf16 in TrainingArguments on a GPU below 8.0 was never checked when the ds_config had no bf16 block
+    (accelerate adds one for it): "passes every check". Now DS111, from TrainingArguments, either way."""
+    result = trainer(config, {"per_device_train_batch_size": 2, "bf16": True}, gpu=gpu_from_name(V100))
+    (f,) = found(result, "DS111")
+    assert f.severity == "error"
+    assert f.evidence.startswith("bf16 on V100 32GB (compute capability 7.0 < 8.0): TrainingArguments bf16=True; ")
+    assert result.filled["bf16"]["enabled"] is True
+    assert ("TrainingArguments bf16 / fp16", "bf16: false, fp16: true (the config's \"auto\" follows them; fp16 is "
+            "the 16-bit type V100 32GB has)") in result.unfixed
+    # the fix writes "auto" for fp16 (the Trainer fills it), never an explicit value that mismatches TrainingArguments
+    assert {c.path: c.new for c in result.changes} == {"fp16.enabled": "auto"}
+
+
+@pytest.mark.parametrize("flags, rule_id, text", [
+    ({"bf16_full_eval": True}, "DS111", "TrainingArguments bf16_full_eval=True"),
+    ({"tf32": True}, "DS111", "--tf32 requires Ampere or a newer GPU arch"),
+    ({"fp16": True, "bf16": True}, "DS110", "At most one of fp16 and bf16 can be True, but not both"),
+    ({"fp16_full_eval": True, "bf16_full_eval": True}, "DS110", "can be True for full eval, but not both"),
+])
+def test_the_rest_of_trainingarguments_precision(flags, rule_id, text):
+    result = trainer({**BATCH_AUTO, "bf16": {"enabled": False}, "fp16": {"enabled": "auto"}}, flags,
+                     gpu=gpu_from_name("T4"))
+    assert any(text in f.evidence and f.severity == "error" for f in found(result, rule_id)), result.findings
+
+
+def test_trainingarguments_bf16_against_an_fp16_config_is_accelerates_error():
+    result = trainer({**BATCH_AUTO, "fp16": {"enabled": True}}, {"bf16": True}, gpu=gpu_from_name("A100"))
+    assert any("`--mixed_precision` arg cannot be set to `bf16` when `fp16` is set" in f.evidence
+               for f in found(result, "DS110"))
+
+
+def test_trainingarguments_precision_on_a_gpu_that_has_it_passes():
+    for gpu, flags in (("A100", {"bf16": True, "tf32": True}), (V100, {"fp16": True}), ("H200", {"bf16": True})):
+        result = trainer({**BATCH_AUTO, "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}, flags,
+                         gpu=gpu_from_name(gpu))
+        assert not [f for f in result.findings if f.severity in ("warning", "error")], (gpu, result.findings)
+
+
+@pytest.mark.parametrize("config", [{**BATCH_AUTO, "bf16": {"enabled": "auto"}}, BATCH_AUTO],
+                         ids=["ds-bf16-auto", "no-bf16-block"])
+def test_fix_output_rechecked_does_not_pass_silently(runner, tmp_path, config):
+    """check --fix on V100 + TrainingArguments bf16: the written config re-checked with the same TrainingArguments
+    still fails (DS111: the fix is in TrainingArguments, listed under "--fix cannot choose these"); with
+    TrainingArguments corrected as listed, it passes."""
+    ds = write(tmp_path, "ds.json", config)
+    bad = write(tmp_path, "bad.yaml", "per_device_train_batch_size: 2\nbf16: true\n")
+    good = write(tmp_path, "good.yaml", "per_device_train_batch_size: 2\nbf16: false\nfp16: true\n")
+    fixed = tmp_path / "fixed.json"
+    base = ["--launch", "trainer", "--world-size", "2", "--gpu", V100, "--json", "-"]
+    first = runner.invoke(cli, ["check", ds, "--hf-args", bad, "--fix", str(fixed), *base])
+    assert first.exit_code == 1
+    data = json.loads(first.stdout)
+    assert [u["path"] for u in data["result"]["unfixed"]] == ["TrainingArguments bf16 / fp16"]
+    again = runner.invoke(cli, ["check", str(fixed), "--hf-args", bad, *base])
+    assert again.exit_code == 1 and "DS111" in [f["id"] for f in json.loads(again.stdout)["findings"]]
+    corrected = runner.invoke(cli, ["check", str(fixed), "--hf-args", good, *base])
+    assert corrected.exit_code == 0, corrected.stdout
+    effective = json.loads(corrected.stdout)["result"]["effective"]
+    assert effective["fp16"]["enabled"] is True and effective["bf16"]["enabled"] is False
+
+
 if __name__ == "__main__":
     texts = sources()
     if texts is None:

@@ -107,6 +107,8 @@ class CheckResult:
     batch: dict = field(default_factory=dict)
     #: values --fix cannot choose (a micro batch, the run's total steps): (path, what to write there)
     unfixed: list[tuple[str, str]] = field(default_factory=list)
+    #: the TrainingArguments values the Trainer checks used (defaults plus --hf-args), or {} when none were given
+    training_args: dict = field(default_factory=dict)
     #: the config as given, and after the Trainer's fills (``launch == "trainer"``; else the config as given)
     original: dict = field(default_factory=dict)
     filled: dict = field(default_factory=dict)

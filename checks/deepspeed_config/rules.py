@@ -72,12 +72,18 @@ DS110 = rule(
     source=f"{_DS} _initialize_params")
 DS111 = rule(
     "DS111", "error", "bf16 on a GPU without bf16",
-    what="bf16 is enabled but the GPU's compute capability is below 8.0 (V100, T4, RTX 20xx).",
-    why='DeepSpeed raises "Type bf16 is not supported on your device"; transformers "Your setup doesn\'t '
-        'support bf16/gpu".',
-    fix='Use "fp16": {"enabled": true} (with dynamic loss scaling) and drop bf16 in the config and in '
-        "TrainingArguments.",
-    source=f"{_ENGINE} _do_sanity_check (accelerator.is_bf16_supported)")
+    what="bf16 is enabled, in the ds_config or (under the HF Trainer) by TrainingArguments bf16 / bf16_full_eval, "
+         "but the GPU's compute capability is below 8.0 (V100, T4, RTX 20xx); or TrainingArguments tf32 there.",
+    why="The GPU has no bf16 arithmetic. Where torch.cuda.is_bf16_supported() is false, DeepSpeed raises \"Type "
+        "bf16 is not supported on your device\" and TrainingArguments \"Your setup doesn't support bf16/gpu\"; where "
+        "torch emulates bf16 (its default) the run starts and is several times slower than fp16 without tensor "
+        "cores, and kernels built for 8.0+ refuse it. tf32 below 8.0 is refused by TrainingArguments (\"--tf32 "
+        "requires Ampere or a newer GPU arch\").",
+    fix='Use "fp16": {"enabled": true} (with dynamic loss scaling) and drop bf16 in the config; under the HF '
+        'Trainer set bf16: false, fp16: true in TrainingArguments and "auto" in the config.',
+    source=f"{_ENGINE} _do_sanity_check (accelerator.is_bf16_supported); transformers/training_args.py "
+           "__post_init__ (is_torch_bf16_gpu_available, is_torch_tf32_available); torch/cuda/__init__.py "
+           "is_bf16_supported")
 DS112 = rule(
     "DS112", "warning", "fp16 on a GPU below compute capability 7.0",
     what="fp16 is enabled on a GPU without tensor cores (Pascal P100/P40, compute capability below 7.0).",
