@@ -631,22 +631,21 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
         mixed = "fp16" if args.get("fp16") is True else "bf16" if args.get("bf16") is True else None
         if mixed is not None:
             other = "bf16" if mixed == "fp16" else "fp16"
-            if mixed not in filled:
+            section = filled.get(other)
+            if isinstance(section, dict) and str(section.get("enabled", "False")).lower() == "true":
+                # the run stops here, when the Trainer builds its Accelerator (before HF201's list at train())
+                out.add(HF201.finding(f"TrainingArguments {mixed}=True and the ds_config's {other}.enabled true: "
+                                      f"accelerate raises ValueError \"`--mixed_precision` arg cannot be set to "
+                                      f"`{mixed}` when `{other}` is set in the DeepSpeed config file.\"",
+                                      fix=f'Set "{other}": {{"enabled": "auto"}} so the Trainer fills it from '
+                                          f"TrainingArguments {other}, and keep one 16-bit type there."))
+                out.change(f"{other}.enabled", section.get("enabled"), "auto", "HF201",
+                           f"the Trainer fills it from TrainingArguments {other}")
+            elif mixed not in filled:
                 filled[mixed] = {"enabled": True, "auto_cast": True} if mixed == "fp16" else {"enabled": True}
                 origin[f"{mixed}.enabled"] = f"accelerate: TrainingArguments {mixed}=True and no {mixed} block"
                 fills.append(f"{mixed} <- {filled[mixed]} (accelerate set_mixed_precision: TrainingArguments "
                              f"{mixed}=True, no {mixed} block)")
-            section = filled.get(other)
-            if isinstance(section, dict) and str(section.get("enabled", "False")).lower() == "true":
-                from dsdoctor.checks.deepspeed_config import DS110
-
-                out.add(DS110.finding(f"TrainingArguments {mixed}=True and the ds_config's {other}.enabled true: "
-                                      f"accelerate raises ValueError \"`--mixed_precision` arg cannot be set to "
-                                      f"`{mixed}` when `{other}` is set in the DeepSpeed config file.\"",
-                                      fix=f'Set "{other}": {{"enabled": "auto"}} so the Trainer fills it from '
-                                          "TrainingArguments, and keep one 16-bit type there."))
-                out.change(f"{other}.enabled", section.get("enabled"), "auto", "DS110",
-                           f"the Trainer fills it from TrainingArguments {other}")
 
     # accelerate's _prepare_deepspeed fills a few more, then refuses any "auto" left
     node, key = _find_node(filled, "zero_optimization.stage3_gather_16bit_weights_on_model_save")

@@ -303,7 +303,8 @@ def test_the_rest_of_trainingarguments_precision(flags, rule_id, text):
 def test_trainingarguments_bf16_against_an_fp16_config_is_accelerates_error():
     result = trainer({**BATCH_AUTO, "fp16": {"enabled": True}}, {"bf16": True}, gpu=gpu_from_name("A100"))
     assert any("`--mixed_precision` arg cannot be set to `bf16` when `fp16` is set" in f.evidence
-               for f in found(result, "DS110"))
+               for f in found(result, "HF201"))
+    assert "bf16" not in result.filled  # accelerate stops there: no bf16 block, so no "both enabled" on top
 
 
 def test_trainingarguments_precision_on_a_gpu_that_has_it_passes():
