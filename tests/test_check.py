@@ -292,10 +292,67 @@ def test_zero_rules():
     assert ids({**base, "zero_optimization": {"stage": 3}}, launch="trainer") == ["DS142"]
     assert ids({**base, "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}},
                launch="trainer") == []
+    # fp32: the reduction buffers are 4-byte, two of them with overlap_comm: 2 x 5e8 x 4 = 3.73 GiB, 16% of 24 GiB
     big = {**base, "zero_optimization": {"stage": 2, "overlap_comm": True}}
     f = finding(big, "DS144", gpu=gpu_from_name("RTX 4090"))
-    assert f.severity == "warning" and "8.4 GiB" in f.evidence
+    assert f.severity == "warning" and "= 3.73 GiB per GPU during the backward pass" in f.evidence
     assert ids({**base, "zero_optimization": {"stage": 2}}, gpu=gpu_from_name("RTX 4090")) == []  # overlap off
+    # bf16 with the defaults and overlap_comm: 1.86 GiB, 8% of a 24 GiB card: no finding (it was "8.4 GiB")
+    assert ids({**base, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "overlap_comm": True}},
+               gpu=gpu_from_name("RTX 4090")) == []
+
+
+def test_bucket_formula_is_what_the_installed_deepspeed_allocates():
+    """communication_buffer_bytes reads DeepSpeed's allocations: setup_buckets makes one reduce_bucket_size buffer,
+    and a second with overlap_comm; all_gather_dp_groups allocates none (allgather_bucket_size only shards)."""
+    import inspect
+
+    from deepspeed.runtime import utils as ds_utils
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    from dsdoctor.checks.memory import communication_buffer_bytes
+
+    setup = inspect.getsource(DeepSpeedZeroOptimizer.setup_buckets)
+    assert setup.count("torch.empty(int(self.reduce_bucket_size)") == 2 and "if self.overlap_comm:" in setup
+    gather = inspect.getsource(ds_utils.all_gather_dp_groups)
+    assert not any(f"torch.{alloc}(" in gather for alloc in ("empty", "zeros", "ones", "cat"))
+    assert communication_buffer_bytes(2, 4, 2, 500_000_000, True)["reduce_buckets"] == 2_000_000_000
+    assert communication_buffer_bytes(2, 4, 2, 500_000_000, False)["reduce_buckets"] == 1_000_000_000
+    assert communication_buffer_bytes(1, 1, 4, 200_000_000, False)["reduce_buckets"] == 800_000_000
+    assert sum(communication_buffer_bytes(2, 4, 2, 500_000_000, True, contiguous_gradients=False).values()) == 0
+    assert communication_buffer_bytes(3, 8, 2, 500_000_000, True, layer_params=10_000_000) == {
+        "reduce_buckets": 0, "reduce_bucket": 1_000_000_000, "gathered_parameters": 120_000_000}
+
+
+@pytest.mark.parametrize("zero, gpus", [
+    ({"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}, 4),
+    ({"stage": 1, "reduce_bucket_size": 2e8}, 2),
+    ({"stage": 2, "overlap_comm": False, "contiguous_gradients": False}, 8),
+    ({"stage": 3, "reduce_bucket_size": 3e8, "stage3_prefetch_bucket_size": 4e7}, 4),
+    ({"stage": 3, "overlap_comm": True}, 1),
+])
+def test_ds144_and_estimate_count_the_same_buffers(runner, tmp_path, zero, gpus):
+    """Issue 12: DS144 said 8.4 GiB (4.5 x the bucket sizes x 2 bytes) where estimate's deepspeed_buffers said 1.86
+    GiB for the same config. Both now use checks/memory.py communication_buffer_bytes: the same bytes."""
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+              "optimizer": OPT, "zero_optimization": zero}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    checked = json.loads(runner.invoke(cli, ["check", str(path), "--world-size", str(gpus), "--model", "qwen2-7b",
+                                             "--json", "-"]).stdout)["result"]["communication_buffers_bytes"]
+    estimated = json.loads(runner.invoke(cli, ["estimate", "--model", "qwen2-7b", "--deepspeed", str(path), "--gpus",
+                                               str(gpus), "--gpu-mem", "80", "--json", "-"]).stdout)["result"]
+    phases = estimated["terms_by_phase_bytes"]
+    # ZeRO-1/2: alive in the backward pass only; ZeRO-3: between steps (every phase)
+    assert checked["total"] == phases["backward"]["deepspeed_buffers"]
+    if zero["stage"] < 3:
+        assert phases["loss"]["deepspeed_buffers"] == 0
+        assert checked["total"] == (0 if zero.get("contiguous_gradients") is False else
+                                    2 * int(zero.get("reduce_bucket_size", 5e8)) * (2 if zero.get("overlap_comm") else 1))
+    else:
+        assert checked["total"] == phases["loss"]["deepspeed_buffers"] == phases["step"]["deepspeed_buffers"]
+    if zero == {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}:
+        assert checked["total"] == 2_000_000_000  # 1.86 GiB, not 8.4
 
 
 def test_prescale_gradients_string_under_zero2():

@@ -109,6 +109,8 @@ class CheckResult:
     unfixed: list[tuple[str, str]] = field(default_factory=list)
     #: the TrainingArguments values the Trainer checks used (defaults plus --hf-args), or {} when none were given
     training_args: dict = field(default_factory=dict)
+    #: DeepSpeed's communication buffers per GPU, bytes by kind and "total" (DS144), or {} without ZeRO
+    buffers: dict = field(default_factory=dict)
     #: the config as given, and after the Trainer's fills (``launch == "trainer"``; else the config as given)
     original: dict = field(default_factory=dict)
     filled: dict = field(default_factory=dict)

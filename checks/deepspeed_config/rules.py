@@ -319,13 +319,16 @@ DS143 = rule(
     source="deepspeed/runtime/config_utils.py; deepspeed/runtime/zero/offload_config.py")
 DS144 = rule(
     "DS144", "warning", "communication buckets take much GPU memory",
-    what="reduce_bucket_size and allgather_bucket_size (elements) with overlap_comm cost about 4.5 x their sum "
-         "x 2 bytes of GPU memory.",
-    why="With the 5e8 defaults and overlap_comm that is about 8.4 GiB per GPU before the model: a 24 GiB card "
-        "OOMs for buckets alone.",
-    fix="Lower both to 2e8 (or to hidden_size^2, what the HF Trainer's \"auto\" uses), or set "
-        '"overlap_comm": false.',
-    source="transformers docs main_classes/deepspeed (ZeRO-2 config: overlap_comm uses 4.5x the bucket sizes)")
+    what="DeepSpeed's gradient reduction buffers (ZeRO-1/2: reduce_bucket_size elements, twice with overlap_comm, "
+         "during the backward pass; ZeRO-3: one reduction bucket plus the parameters gathered ahead) are above 10% "
+         "of the GPU's memory.",
+    why="They come on top of the model states and activations: reduce_bucket_size 5e9 with overlap_comm is 18.6 "
+        "GiB per GPU in bf16. The 5e8 default with overlap_comm is 1.86 GiB (allgather_bucket_size allocates no "
+        "buffer in DeepSpeed 0.19.8; the \"4.5 x the bucket sizes\" of older documentation counts 8.4 GiB).",
+    fix="Lower reduce_bucket_size (2e8, or hidden_size^2, what the HF Trainer's \"auto\" uses), or set "
+        '"overlap_comm": false (one buffer instead of two).',
+    source="deepspeed/runtime/zero/stage_1_and_2.py setup_buckets; stage3.py __init__ (ipg buckets); "
+           "partitioned_param_coordinator.py (prefetch, max_live_parameters); runtime/utils.py all_gather_dp_groups")
 DS145 = rule(
     "DS145", "error", "gradient pre-scaling with ZeRO's reduce scatter",
     what="prescale_gradients is true (a string such as \"false\" counts as true) or gradient_predivide_factor "

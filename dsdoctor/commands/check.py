@@ -133,6 +133,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         "model": None if model_info is None else {"name": model_info.name, "dtype": model_info.dtype,
                                                   "hidden_size": model_info.hidden_size},
         "schema": schema_note, "batch": result.batch, "provenance": result.provenance,
+        "communication_buffers_bytes": result.buffers or None,
         "effective": result.effective, "changes": [c.to_dict() for c in result.changes]})
     for finding in result.findings:
         report.add(finding)
