@@ -1057,3 +1057,105 @@ def test_user_keys_never_reach_the_terminal_raw(runner, tmp_path):
                                               "--json", "-"]).stdout)
         for f in data["findings"]:
             assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", f["evidence"] + f["fix"] + f["title"]), f
+
+
+# ------------------------------------------------------------------------------------------------ training files
+LLAMA_FACTORY_YAML = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+deepspeed: examples/deepspeed/ds_z3_config.json
+### dataset
+dataset: identity,alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+"""
+AXOLOTL_YAML = """base_model: NousResearch/Llama-2-7b-hf
+datasets:
+  - path: mhenrichsen/alpaca_2k_test
+    type: alpaca
+sequence_len: 4096
+adapter: lora
+micro_batch_size: 2
+gradient_accumulation_steps: 4
+deepspeed: deepspeed_configs/zero2.json
+"""
+ACCELERATE_YAML = """compute_environment: LOCAL_MACHINE
+deepspeed_config:
+  deepspeed_config_file: ds_z2.json
+  zero3_init_flag: false
+distributed_type: DEEPSPEED
+num_processes: 4
+"""
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("train.yaml", LLAMA_FACTORY_YAML,
+     "CONFIG {dir}/train.yaml: this is a LLaMA-Factory training file, not a DeepSpeed config; its DeepSpeed config is "
+     "{dir}/examples/deepspeed/ds_z3_config.json: dsdoctor check {dir}/examples/deepspeed/ds_z3_config.json "
+     "--launch trainer --hf-args {dir}/train.yaml (--hf-args reads LLaMA-Factory's YAML: the TrainingArguments keys "
+     "in it)"),
+    ("axolotl.yml", AXOLOTL_YAML,
+     "this is an axolotl config, not a DeepSpeed config; its DeepSpeed config is deepspeed_configs/zero2.json (not "
+     "found from here: give its path as the training sees it): dsdoctor check deepspeed_configs/zero2.json --launch "
+     "trainer (axolotl runs the HF Trainer"),
+    ("accelerate.yaml", ACCELERATE_YAML,
+     "this is an accelerate config, not a DeepSpeed config; its DeepSpeed config is ds_z2.json "
+     "(deepspeed_config.deepspeed_config_file): dsdoctor check ds_z2.json"),
+    ("args.json", json.dumps({"output_dir": "out", "per_device_train_batch_size": 4, "learning_rate": 2e-5,
+                              "deepspeed": "ds.json"}),
+     "this is a TrainingArguments file (learning_rate, output_dir, per_device_train_batch_size), not a DeepSpeed "
+     "config; its DeepSpeed config is ds.json (not found from here"),
+    ("inline.json", json.dumps({"output_dir": "out", "num_train_epochs": 1, "deepspeed": {"zero_optimization": {}}}),
+     "its DeepSpeed config is written inline under deepspeed: save that object as ds.json"),
+    ("nods.yaml", LLAMA_FACTORY_YAML.replace("deepspeed: examples/deepspeed/ds_z3_config.json\n", ""),
+     "it names no DeepSpeed config (deepspeed is absent): LLaMA-Factory then trains without DeepSpeed"),
+], ids=["llama-factory", "axolotl", "accelerate", "training-arguments", "inline", "no-deepspeed"])
+def test_a_training_tools_file_as_config_names_its_deepspeed_config(runner, tmp_path, name, text, expected):
+    """Issue 12: a LLaMA-Factory train.yaml given as CONFIG was checked as a DeepSpeed config (HJSON reads its
+    key: value lines), every key "unknown". One line, exit 2, naming the file's deepspeed: value and the command."""
+    (tmp_path / "examples/deepspeed").mkdir(parents=True)
+    (tmp_path / "examples/deepspeed/ds_z3_config.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto"}))
+    (tmp_path / name).write_text(text)
+    result = runner.invoke(cli, ["check", str(tmp_path / name)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert expected.format(dir=tmp_path) in result.stderr
+    if name == "train.yaml":  # the command it gives works: the ds_config checked with this file's TrainingArguments
+        ds = tmp_path / "examples/deepspeed/ds_z3_config.json"
+        again = runner.invoke(cli, ["check", str(ds), "--launch", "trainer", "--hf-args", str(tmp_path / name),
+                                    "--world-size", "2", "--json", "-"])
+        assert again.exit_code in (0, 1), again.output
+        assert json.loads(again.stdout)["result"]["batch"]["train_micro_batch_size_per_gpu"] == 1
+
+
+@pytest.mark.parametrize("config", [
+    {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, "fp16": {"enabled": True}},
+    {"train_batch_size": 8, "gradient_accumulation_steps": 2, "optimizer": OPT, "zero_optimization": {"stage": 2}},
+    {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, "gradient_accumulation_steps": "auto"},
+])
+def test_deepspeed_configs_are_not_taken_for_training_files(runner, tmp_path, config):
+    path = write(tmp_path, config)
+    assert runner.invoke(cli, ["check", path, "--world-size", "2"]).exit_code in (0, 1)
+
+
+def test_hf_args_that_are_not_trainingarguments(runner, tmp_path):
+    """The reverse mix-up: a DeepSpeed config (or an axolotl config) as --hf-args would be read as TrainingArguments
+    with every value at its default."""
+    ds = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto"})
+    swapped = write(tmp_path, {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}, "other.json")
+    axolotl = write(tmp_path, AXOLOTL_YAML, "axolotl.yml")
+    for path, text in ((swapped, "this is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization), "
+                                 "not TrainingArguments"),
+                       (axolotl, "this is an axolotl config; its keys are not TrainingArguments names")):
+        result = runner.invoke(cli, ["check", ds, "--launch", "trainer", "--hf-args", path])
+        assert result.exit_code == 2 and text in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    lf = write(tmp_path, LLAMA_FACTORY_YAML, "train.yaml")
+    assert runner.invoke(cli, ["check", ds, "--launch", "trainer", "--hf-args", lf]).exit_code in (0, 1)

@@ -69,6 +69,64 @@ def resolve_transformers(option: str | None) -> tuple[str | None, str]:
     return ".".join(map(str, version)), "--transformers"
 
 
+#: the largest CONFIG read a second time as YAML to tell a training tool's file (those are a few kilobytes)
+MAX_TRAINING_FILE_BYTES = 64 << 10
+
+
+def _training_fields() -> set[str]:
+    from dsdoctor.checks.deepspeed_config import load_schema
+    from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+    schema, _ = load_schema()
+    return set((schema.get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS)
+
+
+def read_config_or_training_file(config_path: str):
+    """The ds_config at ``config_path`` (:func:`dsdoctor.configfile.read_ds_config_file`), refusing a training
+    tool's file given in its place (a LLaMA-Factory train.yaml, an axolotl YAML, an accelerate config, a
+    TrainingArguments JSON) with one line that names the DeepSpeed config it points to
+    (:func:`dsdoctor.checks.deepspeed_config.training_file.training_file_message`).
+
+    Raises:
+        DsdoctorError: the file cannot be read or parsed, or it is a training tool's file.
+    """
+    from dsdoctor.checks.deepspeed_config.training_file import training_file_message
+    from dsdoctor.configfile import read_ds_config_file, read_hf_args
+
+    from dsdoctor.checks.deepspeed_config.training_file import MARKERS
+
+    def small() -> bool:  # a training tool's file is a few kilobytes; YAML-parsing a 1 MiB junk file takes seconds
+        try:
+            return os.path.getsize(config_path) <= MAX_TRAINING_FILE_BYTES
+        except (OSError, ValueError):
+            return False
+
+    try:
+        parsed = read_ds_config_file(config_path, "CONFIG")
+    except DsdoctorError:
+        values = None
+        if small():
+            try:  # YAML that is not HJSON either (lists, nested blocks): read it as YAML, with the same caps
+                values = read_hf_args(config_path, "CONFIG")
+            except DsdoctorError:
+                values = None
+        message = training_file_message(values, config_path, _training_fields()) if values is not None else None
+        if message:
+            raise DsdoctorError(message) from None
+        raise
+    values = parsed.config
+    if parsed.json_error is not None and small() and MARKERS & set(values):
+        # HJSON only: a YAML file reads as HJSON too, with its nested blocks garbled; read it as YAML
+        try:
+            values = read_hf_args(config_path, "CONFIG")
+        except DsdoctorError:
+            values = parsed.config
+    message = training_file_message(values, config_path, _training_fields())
+    if message:
+        raise DsdoctorError(message)
+    return parsed
+
+
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
               gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
               fix: str | None = None, deep: bool = False, gpu_cc: str | None = None,
@@ -83,7 +141,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
-    from dsdoctor.configfile import read_ds_config_file, read_hf_args
+    from dsdoctor.configfile import read_hf_args
     from dsdoctor.files import write_output
     from dsdoctor.hardware import gpu_from_name, visible_gpus
 
@@ -95,9 +153,15 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     run_transformers, transformers_source = resolve_transformers(transformers)
     if run_transformers is not None and launch != "trainer":
         raise DsdoctorError("--transformers goes with --launch trainer (it says which TrainingArguments the run has)")
-    parsed = read_ds_config_file(config_path, "CONFIG")
+    parsed = read_config_or_training_file(config_path)
     config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
+    if args is not None:
+        from dsdoctor.checks.deepspeed_config.training_file import hf_args_message
+
+        message = hf_args_message(args, hf_args)
+        if message:
+            raise DsdoctorError(message)
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
     if gpu == "auto":
         if not seen:
