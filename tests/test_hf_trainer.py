@@ -337,6 +337,24 @@ def test_fix_output_rechecked_does_not_pass_silently(runner, tmp_path, config):
     assert effective["fp16"]["enabled"] is True and effective["bf16"]["enabled"] is False
 
 
+def test_fp16_trainingarguments_on_a_bf16_model_is_fixed_in_trainingarguments():
+    """DS113 under the Trainer with no fp16 block (accelerate adds it for TrainingArguments fp16): --fix wrote an
+    explicit "fp16": {"enabled": false}, which silently drops the run to fp32 once TrainingArguments keep fp16=True
+    (accelerate then adds no block and fills nothing). Now: "auto" for both, and the TrainingArguments to change."""
+    from dsdoctor.models import model_info
+
+    result = trainer(BATCH_AUTO, {"fp16": True}, gpu=gpu_from_name("A100"), model=model_info("qwen2-7b"))
+    (f,) = found(result, "DS113")
+    assert "(TrainingArguments fp16=True)" in f.evidence
+    assert {c.path: c.new for c in result.changes} == {"fp16.enabled": "auto", "bf16.enabled": "auto"}
+    assert ("TrainingArguments fp16 / bf16", "fp16=False, bf16=True (the config's \"auto\" follows them)") in \
+        result.unfixed
+    fixed = result.fixed_config(BATCH_AUTO)
+    good = trainer(fixed, {"bf16": True}, gpu=gpu_from_name("A100"), model=model_info("qwen2-7b"))
+    assert not [f for f in good.findings if f.severity in ("warning", "error")], good.findings
+    assert good.filled["bf16"]["enabled"] is True and good.filled["fp16"]["enabled"] is False
+
+
 if __name__ == "__main__":
     texts = sources()
     if texts is None:

@@ -114,11 +114,19 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     model = ctx.model
     if model is not None and model.dtype:
         if fp16 and model.dtype == "bfloat16" and not bf16:
-            out.add(DS113.finding(f"fp16 enabled; {model.name} weights are bfloat16 ({model.source})"))
-            if ctx.launch == "trainer" and is_auto(get_path(out.original, "fp16.enabled")):
+            out.add(DS113.finding(f"fp16 enabled; {model.name} weights are bfloat16 ({model.source})"
+                                  + (" (TrainingArguments fp16=True)" if flags.get("fp16") else "")))
+            written = get_path(out.original, "fp16.enabled")
+            if trainer and (is_auto(written) or written is MISSING or flags.get("fp16")):
+                # the Trainer's precision is TrainingArguments': the config follows it with "auto"
                 out.cannot_fix("TrainingArguments fp16 / bf16", 'fp16=False, bf16=True (the config\'s "auto" '
                                                                "follows them)")
-            if gpu is None or gpu.bf16:
+                if gpu is None or gpu.bf16:
+                    for key in ("fp16.enabled", "bf16.enabled"):
+                        if not is_auto(get_path(out.original, key)):
+                            out.change(key, get_path(out.original, key), "auto", "DS113",
+                                       f"the Trainer fills it from TrainingArguments ({model.name} is a bf16 model)")
+            elif gpu is None or gpu.bf16:
                 out.change("fp16.enabled", True, False, "DS113", f"{model.name} is a bf16 model")
                 out.change("bf16.enabled", get_path(config, "bf16.enabled"), True, "DS113",
                            f"{model.name} is a bf16 model")
