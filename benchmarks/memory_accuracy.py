@@ -206,7 +206,9 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
 
 
 def predict(point: dict, cal=None):
-    """dsdoctor's estimate for a grid point (1 GPU, one node), through ``dsdoctor estimate``'s own ``build_setup``."""
+    """dsdoctor's estimate for a grid point (1 GPU, one node), through ``dsdoctor estimate``'s own ``build_setup``.
+    The harness keeps only the loss (``loss = engine(...).loss``), as the Trainer does: ``launch="trainer"``, unless
+    the point records its loop."""
     from dsdoctor.checks.memory import CALIBRATION, accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
     from dsdoctor.commands.estimate import build_setup
 
@@ -214,7 +216,8 @@ def predict(point: dict, cal=None):
         point["model"], point["method"], point.get("lora_r", 8), ",".join(point.get("lora_targets") or []) or None,
         point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
-        point["seq_len"], point.get("grad_ckpt", True), point.get("precision", "bf16"))
+        point["seq_len"], point.get("grad_ckpt", True), point.get("precision", "bf16"),
+        launch=point.get("launch", "trainer"))
     est = estimate(setup, cal or CALIBRATION)
     return est, deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 

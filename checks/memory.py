@@ -75,7 +75,24 @@ HOST_BUFFER_FACTOR = 1.5
 
 #: The allocated terms of every moment of a step, in report order.
 ALLOCATED_TERMS = ("weights", "gradients", "optimizer_states", "optimizer_step", "activations", "checkpoint_recompute",
-                   "logits_and_loss", "deepspeed_buffers")
+                   "logits_and_loss", "held_logits", "deepspeed_buffers")
+
+#: Bytes per logit element that Gemma-2's final softcapping keeps for the backward: ``logits / cap``, ``tanh``,
+#: ``* cap`` (``models/gemma2/modeling_gemma2.py`` Gemma2ForCausalLM.forward): tanh saves its 16-bit output.
+SOFTCAP_BYTES_PER_ELEMENT = 2
+
+
+def held_logits_bytes(setup: "Setup") -> int:
+    """The 16-bit logits the training loop keeps alive through backward and the step, bytes per GPU: 0 under the
+    HuggingFace Trainer (``Trainer.compute_loss`` returns the loss only, and ``training_step`` drops the outputs
+    before ``accelerator.backward``), micro x seq x vocabulary x 2 bytes (4 in fp32) in the DeepSpeed engine loop as
+    the tutorials write it: ``outputs = engine(**batch); engine.backward(outputs.loss); engine.step()``, where
+    ``outputs`` (a ``CausalLMOutputWithPast``) holds ``logits`` until the next forward has returned. Measured on one
+    H200 (issue 13: a Qwen3-8B shape, LoRA r=8, ZeRO-2, micro 2, seq 2048): 24.73 GiB peak allocated in that loop,
+    23.57 GiB in the Trainer; the difference is exactly 2 x 2048 x 151,936 x 2 bytes."""
+    if setup.launch != "engine":
+        return 0
+    return setup.micro_batch * setup.seq_len * setup.arch.vocab_size * (4 if setup.precision == "fp32" else 2)
 
 #: Names of the attention output projection in the families of :mod:`dsdoctor.models`.
 _ATTENTION_OUT = {"o_proj", "wo", "dense", "c_proj", "out_proj"}
@@ -111,6 +128,7 @@ class Setup:
     lora_dropout: float = 0.05
     freeze_last: int = 2
     grad_accum: int = 1
+    launch: str = "engine"  # the training loop: "engine" (DeepSpeed's engine loop) or "trainer" (HF Trainer)
 
     @property
     def world_size(self) -> int:
@@ -176,28 +194,60 @@ def layer_activation_bytes_per_token(arch: Arch, setup: Setup, trainable: bool) 
     against 103,424 here; LoRA on Llama-2-7B 156,400 against 156,160.
     """
     h, kv, inter = arch.hidden_size, arch.kv_dim, arch.intermediate_size
-    q_dim = arch.num_heads * (h // arch.num_heads)
+    q_dim = arch.attention_width
     names = [lin.name for lin in arch.linears]
-    out_index = next((i for i, n in enumerate(names) if n in _ATTENTION_OUT), 1)
-    attn_in, mlp_in, mlp_out = names[:out_index], names[out_index + 1:-1], names[-1]
-    if arch.family == "gptj":  # parallel block: the MLP reads the same normalised input as the attention
-        attn_in, mlp_in = attn_in + mlp_in, []
+    if any(lin.role for lin in arch.linears):  # read off transformers' model: each linear's role and input known
+        inputs: dict[str, list[str]] = {}  # the linears reading one tensor save it once (GPT-J: attention and MLP)
+        for lin in arch.linears:
+            if lin.role in ("attn_in", "mlp_in"):
+                inputs.setdefault(lin.reads or lin.role, []).append(lin.name)
+        in_groups = list(inputs.values())
+        mlp_outs = [lin.name for lin in arch.linears if lin.role == "mlp_out"]
+    else:
+        out_index = next((i for i, n in enumerate(names) if n in _ATTENTION_OUT), 1)
+        attn_in, mlp_in, mlp_outs = names[:out_index], names[out_index + 1:-1], names[-1:]
+        if arch.family == "gptj":  # parallel block: the MLP reads the same normalised input as the attention
+            attn_in, mlp_in = attn_in + mlp_in, []
+        in_groups = [g for g in (attn_in, mlp_in) if g]
     lora = setup.method == "lora"
     wrapped = set(setup.lora_targets) if lora else set()
 
+    def is_wrapped(name: str) -> bool:
+        return name in wrapped or name.split(".")[-1] in wrapped
+
     def group(members: list[str], width: int) -> int:
-        saved = 2 * width if (trainable or (lora and setup.lora_dropout == 0 and wrapped & set(members))) else 0
+        saved = 2 * width if (trainable or (lora and setup.lora_dropout == 0 and any(map(is_wrapped, members)))) \
+            else 0
         if lora and setup.lora_dropout > 0:
-            saved += sum(3 * width for m in members if m in wrapped)
+            saved += sum(3 * width for m in members if is_wrapped(m))
         return saved
 
-    norm = 2 * h if arch.layer_norm else (6 * h if trainable else 4 * h)
-    norms = norm if arch.family == "gptj" else 2 * norm
-    kv_saved = q_dim if setup.method == "ptuning" else kv
-    attention = 4 * q_dim + 4 * kv_saved + 4 * arch.num_heads
+    def norm_bytes(width: int) -> int:
+        return 2 * width if arch.layer_norm else (6 * width if trainable else 4 * width)
+
+    if arch.norm_widths is not None:
+        norms = sum(norm_bytes(width) for width in arch.norm_widths)
+    else:
+        norms = norm_bytes(h) * (1 if arch.family == "gptj" else 2)
+    kv_saved = q_dim if (setup.method == "ptuning" or arch.eager_attention) else kv
+    attention = 4 * q_dim + 4 * kv_saved
+    if arch.eager_attention:
+        # transformers' eager_attention_forward (models/gemma2/modeling_gemma2.py): the fp32 softmax output and its
+        # 16-bit copy (the second matmul's input) per head and key position, and tanh's output under softcapping
+        attention += arch.num_heads * setup.seq_len * (4 + 2 + (2 if arch.attn_softcap else 0))
+    else:
+        attention += 4 * arch.num_heads  # SDPA's log-sum-exp
     mlp = (6 if arch.mlp_gated else 2) * inter
-    per_token = norms + group(attn_in, h) + attention + mlp + (group(mlp_in, h) if mlp_in else 0) \
-        + group([mlp_out], inter)
+    if arch.experts:
+        # per token, each of its top_k experts (transformers 5 fused *Experts.forward, e.g. qwen3_moe): the
+        # gate/up output and the activation (6 I of a gated expert), the routing weight's product (2h); with the
+        # experts trained, their input rows and the product before down_proj (2h + 2I); the router's fp32 softmax
+        width = arch.expert_intermediate
+        per_expert = (6 if arch.expert_gated else 2) * width + 2 * h + ((2 * h + 2 * width) if trainable else 0)
+        mlp += arch.top_k * per_expert + 4 * arch.experts
+    mlp_out_width = inter if inter else 0
+    per_token = norms + sum(group(members, h) for members in in_groups) + attention + mlp \
+        + (group(mlp_outs, mlp_out_width) if mlp_outs else 0)
     return per_token * (2 if setup.precision == "fp32" else 1)
 
 
@@ -326,13 +376,16 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     tokens = setup.micro_batch * setup.seq_len
     states = model_state_bytes(setup, cal)
     activations = activation_bytes(setup)
-    logits = tokens * arch.vocab_size * LOGITS_BYTES_PER_ELEMENT
+    logits = tokens * arch.vocab_size * (LOGITS_BYTES_PER_ELEMENT
+                                         + (SOFTCAP_BYTES_PER_ELEMENT if arch.final_softcap else 0))
+    held = held_logits_bytes(setup)
     hidden = (4 if setup.precision == "fp32" else 2) * arch.hidden_size * tokens
     trainable_layer = setup.method in ("full", "freeze")
     recompute = layer_activation_bytes_per_token(arch, setup, trainable_layer) * tokens if setup.grad_ckpt else 0
     grads_live = 0 if setup.zero_stage == 3 else states["gradients"]
     base = {"weights": states["weights"], "optimizer_states": states["optimizer_states"],
-            "gradients": states["persistent_gradients"], "deepspeed_buffers": states["deepspeed_buffers"]}
+            "gradients": states["persistent_gradients"], "deepspeed_buffers": states["deepspeed_buffers"],
+            "held_logits": held}
     moments = {
         "loss": {**base, "activations": activations + 4 * hidden, "logits_and_loss": logits},
         "backward": {**base, "gradients": base["gradients"] + grads_live, "checkpoint_recompute": recompute,
@@ -717,6 +770,17 @@ MEM508 = rule(
         "machine that will train can be several times smaller or larger than the figure shown.",
     fix="Give --gpus N (and --nodes M) of the machine that will train.",
     source="ZeRO paper section 3 (model states / N); dsdoctor estimate (issue 12)")
+MEM509 = rule(
+    "MEM509", "warning", "the training loop keeps the logits through backward",
+    what="In the DeepSpeed engine loop `outputs = engine(**batch); engine.backward(outputs.loss)`, `outputs` holds "
+         "the logits (micro batch x sequence x vocabulary, 16-bit) until the next forward returns; here they cost "
+         "more than 1 GiB per GPU.",
+    why="The HuggingFace Trainer keeps only the loss. With a 150k vocabulary at micro batch 8 and sequence 2048 the "
+        "held logits are 4.6 GiB, enough to turn a fit into an out-of-memory error.",
+    fix="Keep only the loss: `loss = engine(**batch).loss; engine.backward(loss)` (or `del outputs` before "
+        "engine.backward). If you launch with the Trainer, give --launch trainer.",
+    source="transformers modeling_outputs.py CausalLMOutputWithPast; trainer.py training_step; measured on an H200 "
+           "(issue 13)")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

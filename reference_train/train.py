@@ -508,7 +508,11 @@ def train_loop(engine, loader, sampler, args, tokenizer, eval_prompts, out: Path
     """``engine(**batch).loss; engine.backward(loss); engine.step()`` on every micro batch. DeepSpeed
     scales the loss for gradient accumulation, clips, and steps the optimizer and scheduler only at the
     accumulation boundary (``deepspeed/runtime/engine.py``): no manual division, clipping or zero_grad.
-    Logs one line per optimizer step: the loss averaged over micro batches and ranks, tokens, time, memory."""
+    Logs one line per optimizer step: the loss averaged over micro batches and ranks, tokens, time, memory.
+
+    Only the loss is kept from the model's output, as the HuggingFace Trainer keeps it: the tutorials' ``outputs =
+    engine(**batch); engine.backward(outputs.loss)`` keeps ``outputs.logits`` (micro x seq x vocabulary, 16-bit)
+    alive through backward and the step, which ``dsdoctor estimate --launch engine`` counts (MEM509)."""
     global PHASE
     import torch.distributed as dist
 

@@ -86,7 +86,7 @@ def test_default_lora_targets_follow_peft_and_the_trainer():
 def test_unknown_name_lists_close_names():
     with pytest.raises(DsdoctorError, match="did you mean.*qwen2.5-7b"):
         resolve_arch("qwen2.5-7")
-    with pytest.raises(DsdoctorError, match="not a linear layer"):
+    with pytest.raises(DsdoctorError, match="not a module peft can wrap"):
         trainable_params(resolve_arch("llama-2-7b"), "lora", lora_targets=("query_key_value",))
     with pytest.raises(DsdoctorError, match="between 1 and 32"):
         trainable_params(resolve_arch("llama-2-7b"), "freeze", freeze_last=33)
@@ -102,7 +102,7 @@ def test_local_config_is_read_as_data(tmp_path):
     with pytest.raises(DsdoctorError, match="no num_hidden_layers"):
         resolve_arch(str(broken))
     (broken / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(DsdoctorError, match="'t5' is not an architecture"):
+    with pytest.raises(DsdoctorError, match="'t5' is not a decoder-only language model"):
         resolve_arch(str(broken))
 
 

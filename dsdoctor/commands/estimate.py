@@ -213,11 +213,14 @@ def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str
 def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, freeze_last: int,
                 prefix_tokens: int, lora_dropout: float, zero: int, offload_optimizer: str, offload_param: str,
                 gpus: int, nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
-                extra: dict | None = None, grad_accum: int = 1):
+                extra: dict | None = None, grad_accum: int = 1, launch: str = "engine"):
     """The :class:`dsdoctor.checks.memory.Setup` for these choices, with the model resolved and its parameters
-    counted: analytically for a registry name and for a local config.json whose every key the formulas account for
-    (:func:`dsdoctor.models.unmodeled_keys`); otherwise, for an architecture transformers implements, on the meta
-    device (importing transformers' modeling code takes about 4.5 s, so that path is the slow one).
+    counted: analytically for the families of :mod:`dsdoctor.models.analytic` whose every key the formulas account
+    for (:func:`dsdoctor.models.unmodeled_keys`); from the structure of transformers' model built on the meta device
+    for every other architecture transformers implements (:mod:`dsdoctor.models.structure`: shipped for registry
+    names, cached per config.json for a local one: importing transformers' modeling code takes about 4.5 s, so the
+    first run of a new config.json is the slow one); on the meta device, peft applied, for an analytic family's
+    config.json with a key the formulas do not model.
 
     Returns (setup, base_total, counting): the base model's parameters, and how they were counted.
 
@@ -252,7 +255,13 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     total = arch.total_params
     counting = "analytic, from the registry's config.json values (checked against transformers on the meta device " \
                "in tests/test_models.py)"
-    if is_local(model):
+    if arch.exact_total is not None:  # read off transformers' model on the meta device
+        counting = ("exact: the structure of transformers' model built on the meta device (total as "
+                    "sum(p.numel())" + (", trainable from its linears as peft wraps them" if method == "lora" else "")
+                    + (", prefix width as peft computes it" if method == "ptuning" else "") + ")")
+        if arch.unmodeled:
+            counting += "; not modelled in the activations: " + "; ".join(arch.unmodeled)
+    elif is_local(model):
         from dsdoctor.meta_count import cached_meta_counts, transformers_knows
         from dsdoctor.models import unmodeled_keys
 
@@ -275,7 +284,7 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                   offload_optimizer=offload_optimizer, offload_param=offload_param, gpus=gpus, nodes=nodes,
                   micro_batch=micro_batch, seq_len=seq_len, grad_ckpt=grad_ckpt, precision=precision,
                   lora_targets=targets if method == "lora" else (), lora_dropout=lora_dropout,
-                  freeze_last=freeze_last, grad_accum=grad_accum, **(extra or {}))
+                  freeze_last=freeze_last, grad_accum=grad_accum, launch=launch, **(extra or {}))
     return setup, total, counting
 
 
@@ -373,6 +382,7 @@ def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world
                "activations": "saved for the backward (layer inputs under checkpointing)",
                "checkpoint_recompute": "one layer recomputed in backward",
                "logits_and_loss": "micro x seq x vocab x 12 bytes (fp32 log-softmax and gradients)",
+               "held_logits": "16-bit logits the engine loop's outputs keep (0 with --launch trainer)",
                "deepspeed_buffers": "DeepSpeed's buckets: gradient reduction, ZeRO-3 gathered parameters, offload",
                "allocator_slack": "PyTorch caching allocator (fitted on an H200)",
                "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
@@ -398,7 +408,7 @@ def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world
     report.tables.append((f"Per-GPU memory, GiB, at each moment of a step: {setup.arch.name}, {method}, "
                           f"ZeRO-{setup.zero_stage}, micro batch {setup.micro_batch} x seq {setup.seq_len}, "
                           f"{'checkpointing' if setup.grad_ckpt else 'no checkpointing'}, {setup.precision}, "
-                          f"world size {setup.world_size} ({world_source})",
+                          f"world size {setup.world_size} ({world_source}), {setup.launch} loop",
                           ["term"] + [f"{p} (peak)" if p == peak else p for p in phases] + ["what"], rows))
 
 
@@ -407,7 +417,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                  nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
                  deepspeed: str | None, gpu_mem: str | None, host_mem: float | None, compare: bool,
                  explicit: set[str], grad_accum: int = 1, gpu: str | None = None,
-                 gpu_cc: str | None = None) -> Report:
+                 gpu_cc: str | None = None, launch: str = "engine") -> Report:
     """The body of ``dsdoctor estimate`` (see the module docstring). Raises DsdoctorError on bad input."""
     from dsdoctor.checks import memory as mem
 
@@ -429,7 +439,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     setup, base_total, counting = build_setup(
         model, method, lora_r, lora_targets, freeze_last, prefix_tokens, lora_dropout, values["zero"],
         values["offload_optimizer"], values["offload_param"], hw.gpus_per_node, nodes, values["micro_batch"], seq_len,
-        grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"])
+        grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"], launch=launch)
     est = mem.estimate(setup)
     states = mem.model_state_bytes(setup)
     arch = setup.arch
@@ -441,7 +451,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     per_gpu["total"] = est.total
     world_source = f"{hw.gpus_per_node} GPU(s) per node: {hw.gpus_source}; {nodes} node(s)"
     result = {
-        "model": arch.name, "model_source": arch.source, "counting": counting,
+        "model": arch.name, "model_source": arch.source, "counting": counting, "launch": launch,
         "total_params": base_total, "trainable_params": setup.trainable_params,
         "setup": {"method": method, "zero_stage": setup.zero_stage, "offload_optimizer": setup.offload_optimizer,
                   "offload_param": setup.offload_param, "gpus_per_node": setup.gpus, "nodes": setup.nodes,
@@ -508,6 +518,11 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     if est.terms["logits_and_loss"] > est.total / 3:
         report.add(mem.MEM506.finding(f"logits {gib(est.terms['logits_and_loss'])} of {gib(est.total)} GiB "
                                       f"(vocabulary {arch.vocab_size:,})"))
+    if mem.held_logits_bytes(setup) > GIB:
+        report.add(mem.MEM509.finding(
+            f"held logits {gib(mem.held_logits_bytes(setup))} GiB per GPU: micro batch {setup.micro_batch} x seq "
+            f"{setup.seq_len} x vocabulary {arch.vocab_size:,} x {2 if setup.precision != 'fp32' else 4} bytes "
+            f"(--launch engine)"))
     if method == "ptuning" and setup.grad_ckpt:
         report.add(mem.MEM507.finding("--method ptuning with gradient checkpointing on"))
     if notes:
@@ -671,10 +686,13 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 @click.option("--host-mem", type=FiniteFloat(min=0, min_open=True, max=1_000_000), default=None, metavar="GiB",
               help="Host RAM per node (offload check).")
 @click.option("--compare", is_flag=True, help="Show ZeRO stages 0 to 3 side by side.")
+@click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
+              help="The training loop: DeepSpeed's engine loop as the tutorials write it (its outputs keep the "
+                   "logits through backward) or the HF Trainer (keeps only the loss).")
 @report_command(inputs=("model", "deepspeed"))
 def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout, freeze_last,
              prefix_tokens, gpus, nodes, micro_batch, grad_accum, seq_len, grad_ckpt, precision, deepspeed, gpu, gpu_cc,
-             gpu_mem, host_mem, compare) -> Report:
+             gpu_mem, host_mem, compare, launch) -> Report:
     """Per-GPU memory of a DeepSpeed fine-tuning run: model states by ZeRO stage, activations, logits, buffers,
     allocator and CUDA context, against the GPU's memory; what fits, and the fastest setups that do."""
     ctx = click.get_current_context()
@@ -685,4 +703,5 @@ def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora
                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     return run_estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout,
                         freeze_last, prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision,
-                        deepspeed, gpu_mem, host_mem, compare, explicit, grad_accum=grad_accum, gpu=gpu, gpu_cc=gpu_cc)
+                        deepspeed, gpu_mem, host_mem, compare, explicit, grad_accum=grad_accum, gpu=gpu, gpu_cc=gpu_cc,
+                        launch=launch)
