@@ -24,9 +24,12 @@ stage, offload, checkpointing and micro batch that keeps the global batch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from dsdoctor.models import Arch
 from dsdoctor.rules import rule
+
+if TYPE_CHECKING:  # annotations only: `check` imports this module for communication_buffer_bytes
+    from dsdoctor.models import Arch
 
 GIB = 2 ** 30
 

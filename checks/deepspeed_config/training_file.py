@@ -59,12 +59,12 @@ def _deepspeed_text(value: Any, key: str, config_path: str, tool: str, hf_args: 
            "trains without DeepSpeed"
 
 
-def training_file_message(values: Any, config_path: str, training_fields: set[str] | frozenset = frozenset()
-                          ) -> str | None:
+def training_file_message(values: Any, config_path: str, training_fields: Any = frozenset()) -> str | None:
     """One error line when ``values`` (the parsed CONFIG) is a training tool's file rather than a DeepSpeed config,
     naming the DeepSpeed config it points to and the command that checks both; None when it looks like a ds_config.
 
-    ``training_fields``: the TrainingArguments field names (the schema's), to recognise a TrainingArguments JSON.
+    ``training_fields``: the TrainingArguments field names (the schema's), or a function returning them (called
+    only for a file no other key tells apart), to recognise a TrainingArguments JSON.
     Recognised: LLaMA-Factory (``model_name_or_path`` with ``stage``, ``template``, ``dataset``, ...; its
     ``deepspeed:`` key), axolotl (``base_model`` with ``datasets``, ``micro_batch_size``, ...; ``deepspeed:``),
     accelerate's config (``compute_environment``, ``distributed_type``; ``deepspeed_config.deepspeed_config_file``)
@@ -95,7 +95,10 @@ def training_file_message(values: Any, config_path: str, training_fields: set[st
         return (f"{head} an accelerate config, not a DeepSpeed config; it names no DeepSpeed config file "
                 "(deepspeed_config.deepspeed_config_file): accelerate builds one from its zero_stage, "
                 "offload_*_device and gradient_accumulation_steps keys")
-    trainer_only = {k for k in keys & set(training_fields)
+    if keys & DEEPSPEED_ONLY:
+        return None
+    fields = training_fields() if callable(training_fields) else training_fields
+    trainer_only = {k for k in keys & set(fields)
                     if k not in DEEPSPEED_ONLY
                     and k not in ("gradient_accumulation_steps", "fp16", "bf16", "deepspeed")}
     half = any(isinstance(values.get(k), dict) for k in ("fp16", "bf16"))

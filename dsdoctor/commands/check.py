@@ -50,10 +50,10 @@ def resolve_transformers(option: str | None) -> tuple[str | None, str]:
     Raises:
         DsdoctorError: a value that is no version.
     """
-    from dsdoctor.checks.hf_trainer import parse_version
-
     if option is None:
         return None, ""
+    from dsdoctor.checks.hf_trainer import parse_version
+
     if option.strip().lower() == "installed":
         from dsdoctor.checks.deepspeed_config import installed_version
 
@@ -73,15 +73,24 @@ def resolve_transformers(option: str | None) -> tuple[str | None, str]:
 MAX_TRAINING_FILE_BYTES = 64 << 10
 
 
-def _training_fields() -> set[str]:
-    from dsdoctor.checks.deepspeed_config import load_schema
-    from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+def _training_fields(schema: dict | None = None):
+    """A function returning the TrainingArguments field names (the schema's, and those other transformers versions
+    have), computed when first called: most files are told apart by their keys alone."""
+    found: list[set[str]] = []
 
-    schema, _ = load_schema()
-    return set((schema.get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS)
+    def fields() -> set[str]:
+        if not found:
+            from dsdoctor.checks.deepspeed_config import load_schema
+            from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+            known = schema if schema is not None else load_schema()[0]
+            found.append(set((known.get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS))
+        return found[0]
+
+    return fields
 
 
-def read_config_or_training_file(config_path: str):
+def read_config_or_training_file(config_path: str, schema: dict | None = None):
     """The ds_config at ``config_path`` (:func:`dsdoctor.configfile.read_ds_config_file`), refusing a training
     tool's file given in its place (a LLaMA-Factory train.yaml, an axolotl YAML, an accelerate config, a
     TrainingArguments JSON) with one line that names the DeepSpeed config it points to
@@ -110,7 +119,7 @@ def read_config_or_training_file(config_path: str):
                 values = read_hf_args(config_path, "CONFIG")
             except DsdoctorError:
                 values = None
-        message = training_file_message(values, config_path, _training_fields()) if values is not None else None
+        message = training_file_message(values, config_path, _training_fields(schema)) if values is not None else None
         if message:
             raise DsdoctorError(message) from None
         raise
@@ -121,7 +130,7 @@ def read_config_or_training_file(config_path: str):
             values = read_hf_args(config_path, "CONFIG")
         except DsdoctorError:
             values = parsed.config
-    message = training_file_message(values, config_path, _training_fields())
+    message = training_file_message(values, config_path, _training_fields(schema))
     if message:
         raise DsdoctorError(message)
     return parsed
@@ -153,7 +162,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     run_transformers, transformers_source = resolve_transformers(transformers)
     if run_transformers is not None and launch != "trainer":
         raise DsdoctorError("--transformers goes with --launch trainer (it says which TrainingArguments the run has)")
-    parsed = read_config_or_training_file(config_path)
+    schema, schema_note = load_schema()
+    parsed = read_config_or_training_file(config_path, schema)
     config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
     if args is not None:
@@ -178,7 +188,6 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         model_info = lookup(model)
     ws, ws_source = resolve_world_size(world_size, seen)
     assumed = world_size is None and not os.environ.get("WORLD_SIZE") and not seen
-    schema, schema_note = load_schema()
     ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
                        duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
