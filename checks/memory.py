@@ -24,9 +24,12 @@ stage, offload, checkpointing and micro batch that keeps the global batch.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from dsdoctor.models import Arch
 from dsdoctor.rules import rule
+
+if TYPE_CHECKING:  # annotations only: `check` imports this module for communication_buffer_bytes
+    from dsdoctor.models import Arch
 
 GIB = 2 ** 30
 
@@ -272,6 +275,46 @@ def activation_bytes(setup: Setup) -> int:
     return sum(n * layer_activation_bytes_per_token(arch, setup, trainable) * tokens for n, trainable in layers)
 
 
+def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, reduce_bucket_size: int,
+                               overlap_comm: bool, contiguous_gradients: bool = True, trainable: bool = True,
+                               prefetch_bucket_size: int = 50_000_000, max_live_parameters: int = 1_000_000_000,
+                               layer_params: int = 0, offload_optimizer: bool = False,
+                               offload_param: bool = False) -> dict[str, int]:
+    """GPU bytes of DeepSpeed's communication buffers, by kind, as DeepSpeed 0.19.8 allocates them. Counts are
+    elements (the ds_config's values), ``element_bytes`` the bytes of one gradient or weight element (2 for
+    fp16/bf16, 4 for fp32: the model dtype, which is the reduction buffers' dtype unless ZeRO-1 accumulates in a
+    separate ``data_types.grad_accum_dtype``).
+
+    - ``reduce_buckets`` (ZeRO-1 and 2, alive during the backward pass): ``stage_1_and_2.py``
+      ``DeepSpeedZeroOptimizer.setup_buckets`` (lines 3256-3280), called by ``process_gradients`` (line 2287) at
+      the first gradient of every backward, whatever the world size: with ``contiguous_gradients`` (forced on by
+      CPU offload, line 300) one buffer of ``reduce_bucket_size`` elements per communication dtype, and a second
+      one with ``overlap_comm`` ("double buffers to avoid data access conflict"); ``_release_ipg_buffers``
+      (line 924) frees them after the reduction;
+    - ``reduce_bucket`` (ZeRO-3, kept from ``__init__`` on): ``stage3.py`` lines 779-784, one buffer of
+      ``reduce_bucket_size`` elements per dtype when ``contiguous_gradients`` and something trains;
+    - ``gathered_parameters`` (ZeRO-3 with N > 1 or parameter offload): the layer being computed plus what the
+      prefetcher gathers ahead, ``stage3_prefetch_bucket_size``, up to ``stage3_max_live_parameters``
+      (``partitioned_param_coordinator.py`` lines 452-454; ``layer_params``: the layer's parameters, 0 when
+      unknown).
+
+    ``allgather_bucket_size`` allocates nothing: ``all_gather_dp_groups`` (``runtime/utils.py`` lines 1020-1055)
+    only splits the all-gather of the updated partitions into shards of that many elements, gathered in place into
+    the existing 16-bit partitions (``narrow`` views). So the "4.5 x (reduce_bucket_size + allgather_bucket_size)
+    x 2 bytes" of older documentation over-counts 4.5-fold for the 5e8 defaults with overlap_comm (8.4 GiB against
+    1.86 GiB).
+    """
+    out = {"reduce_buckets": 0, "reduce_bucket": 0, "gathered_parameters": 0}
+    if stage in (1, 2) and (contiguous_gradients or offload_optimizer):
+        out["reduce_buckets"] = element_bytes * reduce_bucket_size * (2 if overlap_comm else 1)
+    if stage == 3:
+        if contiguous_gradients and trainable:
+            out["reduce_bucket"] = element_bytes * reduce_bucket_size
+        if world_size > 1 or offload_param:
+            out["gathered_parameters"] = element_bytes * min(max_live_parameters, prefetch_bucket_size + layer_params)
+    return out
+
+
 def model_state_bytes(setup: Setup, cal: Calibration = CALIBRATION) -> dict[str, int]:
     """Weights, gradients and optimizer states on one GPU, and what offload puts on the host (per rank), bytes.
 
@@ -284,8 +327,9 @@ def model_state_bytes(setup: Setup, cal: Calibration = CALIBRATION) -> dict[str,
       2Ψ_t/N copy during the step; ZeRO-3 (``stage3.py``) the same per sub-group: +6 x min(Ψ_t/N,
       ``sub_group_size``) (5.59 GiB measured for both a 1.5B and an 8B model); bf16 at ZeRO-0
       (``bf16_optimizer.py``, fp32 accumulators): +8Ψ_t;
-    - ZeRO-3 keeps its gradient partitions (2Ψ_t/N) and its reduction bucket (``reduce_bucket_size`` 16-bit
-      elements) between steps;
+    - ZeRO-3 keeps its gradient partitions (2Ψ_t/N) and its reduction bucket between steps, and ZeRO-1/2 hold
+      their reduction buckets during the backward pass (:func:`communication_buffer_bytes`, shared with
+      ``dsdoctor check``'s DS144);
     - fp32 training has no separate master copy: Adam holds 8Ψ_t of moments;
     - ``offload_optimizer`` moves the fp32 master, the moments and the fp32 gradients to the host; ``offload_param``
       (ZeRO-3) the 16-bit weights.
@@ -298,12 +342,13 @@ def model_state_bytes(setup: Setup, cal: Calibration = CALIBRATION) -> dict[str,
     optimizer = (8 if fp32 else 12) * psi_t // (n if stage >= 1 else 1)
     grads = w * psi_t // (n if stage >= 2 else 1)
     persistent_grads = grads if stage == 3 else 0
-    bucket = w * setup.reduce_bucket_size if stage == 3 and psi_t else 0
-    if stage == 3 and (n > 1 or setup.offload_param != "none"):  # the layer computed + the prefetch, gathered
-        bucket += w * min(setup.max_live_parameters, setup.prefetch_bucket_size + setup.arch.layer_params)
-    backward_buckets = 0
-    if stage in (1, 2) and n > 1 and setup.contiguous_gradients:  # setup_buckets in stage_1_and_2.py
-        backward_buckets = w * setup.reduce_bucket_size * (2 if setup.overlap else 1)
+    buffers = communication_buffer_bytes(
+        stage, n, w, setup.reduce_bucket_size, setup.overlap, setup.contiguous_gradients, trainable=psi_t > 0,
+        prefetch_bucket_size=setup.prefetch_bucket_size, max_live_parameters=setup.max_live_parameters,
+        layer_params=setup.arch.layer_params, offload_optimizer=setup.offloaded,
+        offload_param=setup.offload_param != "none")
+    bucket = buffers["reduce_bucket"] + buffers["gathered_parameters"]  # ZeRO-3, between steps too
+    backward_buckets = buffers["reduce_buckets"]  # ZeRO-1/2, during the backward pass
     if stage == 0:
         step_extra = 8 * psi_t if setup.precision == "bf16" else 4 * psi_t
     elif stage < 3:
@@ -327,8 +372,8 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     a step (see the module docstring), peak allocated, reserved (allocated plus the caching allocator's slack,
     :class:`Calibration`) and total: what ``nvidia-smi`` shows, reserved plus the CUDA context. Host RAM per node.
 
-    Multi-GPU terms that one GPU cannot show (ZeRO-1/2's reduction buckets and ZeRO-3's gathered parameters
-    with N > 1) follow DeepSpeed's code and are not calibrated.
+    DeepSpeed's communication buffers (:func:`communication_buffer_bytes`: ZeRO-1/2's reduction buckets, ZeRO-3's
+    reduction bucket and gathered parameters with N > 1) follow DeepSpeed's code and are not calibrated.
     """
     arch = setup.arch
     tokens = setup.micro_batch * setup.seq_len

@@ -81,6 +81,86 @@ def test_config_for_8_gpus_launched_on_7():
     assert valid_world_sizes(64, 4, 2) == [8]
 
 
+def test_tutorial_config_on_3_gpus_proposes_only_triples_deepspeed_accepts():
+    """The first tutorial's config (train_batch_size 32, gradient_accumulation_steps 4, no micro batch) on 3 GPUs:
+    "drop train_batch_size" alone would leave neither train_batch_size nor a micro batch, which DeepSpeed refuses
+    (DS104); the fix writes the micro batch in its place instead."""
+    config = {"train_batch_size": 32, "gradient_accumulation_steps": 4, "optimizer": OPT}
+    f = finding(config, "DS102", world_size=3)
+    assert "32 != 2 * 4 * 3" in f.evidence
+    assert "drop train_batch_size" not in f.fix
+    assert f.fix == ("Set train_batch_size 24 = micro 2 x gradient_accumulation_steps 4 x world size 3 (the global "
+                     "batch becomes 24, not 32: 32 is not a multiple of world size 3); or replace train_batch_size by "
+                     '"train_micro_batch_size_per_gpu": 2 (DeepSpeed then derives train_batch_size for any world '
+                     "size: 2 x 4 x 3 = 24 here, not 32).")
+    assert ids({k: v for k, v in config.items() if k != "train_batch_size"}, world_size=3) == ["DS104"]
+    assert ids({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "optimizer": OPT},
+               world_size=3) == []
+    # with a micro batch given, dropping train_batch_size is accepted, and so is the same global batch on 4 GPUs
+    f = finding({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                 "optimizer": OPT}, "DS102", world_size=4)
+    assert "keep the global batch 32: micro 2 x gradient_accumulation_steps 4 x world size 4" in f.fix
+    # the micro batch (the memory) kept first, then the accumulation; dropping train_batch_size says what it costs
+    assert f.fix.startswith("Keep the global batch 32: micro 4 x gradient_accumulation_steps 2 x world size 4")
+    assert ("drop train_batch_size so DeepSpeed derives it: micro 4 x gradient_accumulation_steps 4 x world size 4 "
+            "= 64 (the global batch becomes 64, not 32)") in f.fix
+
+
+def test_every_batch_proposal_is_accepted_by_deepspeedconfig():
+    """Each triple DS102/DS103 proposes, for every partial triple DeepSpeed refuses on world sizes 1..8, is one that
+    DeepSpeed's own DeepSpeedConfig accepts on that world size (dist.get_world_size patched, as the differential
+    tests do); and the fix text names no proposal that was not checked."""
+    from unittest import mock
+
+    from deepspeed.runtime import config as ds
+
+    from dsdoctor.checks.deepspeed_config import batch_proposals
+
+    keys = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+    refused = proposed = 0
+    for train in (None, 4, 12, 32, 96):
+        for micro in (None, 1, 3, 4):
+            for acc in (None, 1, 2, 4):
+                for ws in range(1, 9):
+                    error = derive_batch(train, micro, acc, ws)[4]
+                    if error is None or error.startswith("Either"):
+                        continue
+                    refused += 1
+                    proposals = batch_proposals(train, micro, acc, ws)
+                    assert proposals, (train, micro, acc, ws)
+                    config = {k: v for k, v in zip(keys, (train, micro, acc)) if v is not None}
+                    fix = finding({**config, "optimizer": OPT}, "DS103" if "greater than 0" in error else "DS102",
+                                  world_size=ws).fix
+                    for text, values in proposals:
+                        proposed += 1
+                        assert text[1:] in fix
+                        trial = {k: v for k, v in values.items() if v is not None}
+                        with mock.patch.object(ds.dist, "get_world_size", return_value=ws), \
+                                mock.patch.object(ds.dist, "get_rank", return_value=0):
+                            real = ds.DeepSpeedConfig(dict(trial))  # raises on a triple DeepSpeed refuses
+                        assert real.train_batch_size == real.train_micro_batch_size_per_gpu * \
+                            real.gradient_accumulation_steps * ws
+                    # and what --fix writes is the first proposal, which DeepSpeed accepts too
+                    result = check_config({**config, "optimizer": OPT}, CheckContext(world_size=ws))
+                    fixed = {k: v for k, v in result.fixed_config(config).items() if k in keys}
+                    assert fixed == {k: v for k, v in proposals[0][1].items() if v is not None}
+                    assert ids({**fixed, "optimizer": OPT}, world_size=ws) == []
+    assert refused > 100 and proposed > refused
+
+
+def test_assumed_world_size_never_proposes_a_file_without_a_batch_size():
+    """With the world size assumed and a triple that holds on none, the fix for a file without a micro batch is to
+    replace train_batch_size by one, not to drop it (DS104)."""
+    f = finding({"train_batch_size": 30, "gradient_accumulation_steps": 4, "optimizer": OPT}, "DS102",
+                world_size_assumed=True, world_size_source="assumed")
+    assert "holds on no world size up to 1024" in f.evidence
+    assert "drop train_batch_size" not in f.fix
+    assert "replace train_batch_size by train_micro_batch_size_per_gpu" in f.fix
+    f = finding({"train_batch_size": 30, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4,
+                 "optimizer": OPT}, "DS102", world_size_assumed=True, world_size_source="assumed")
+    assert "drop train_batch_size so DeepSpeed derives it" in f.fix
+
+
 @pytest.mark.parametrize("value, rule_id, severity", [
     (0, "DS103", "error"), (-2, "DS103", "error"), ("4", "DS103", "error"), (2.5, "DS103", "error"),
     (True, "DS103", "error"), (4.0, "DS103", "warning"), ("auto", "DS101", "error"),
@@ -212,10 +292,67 @@ def test_zero_rules():
     assert ids({**base, "zero_optimization": {"stage": 3}}, launch="trainer") == ["DS142"]
     assert ids({**base, "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}},
                launch="trainer") == []
+    # fp32: the reduction buffers are 4-byte, two of them with overlap_comm: 2 x 5e8 x 4 = 3.73 GiB, 16% of 24 GiB
     big = {**base, "zero_optimization": {"stage": 2, "overlap_comm": True}}
     f = finding(big, "DS144", gpu=gpu_from_name("RTX 4090"))
-    assert f.severity == "warning" and "8.4 GiB" in f.evidence
+    assert f.severity == "warning" and "= 3.73 GiB per GPU during the backward pass" in f.evidence
     assert ids({**base, "zero_optimization": {"stage": 2}}, gpu=gpu_from_name("RTX 4090")) == []  # overlap off
+    # bf16 with the defaults and overlap_comm: 1.86 GiB, 8% of a 24 GiB card: no finding (it was "8.4 GiB")
+    assert ids({**base, "bf16": {"enabled": True}, "zero_optimization": {"stage": 2, "overlap_comm": True}},
+               gpu=gpu_from_name("RTX 4090")) == []
+
+
+def test_bucket_formula_is_what_the_installed_deepspeed_allocates():
+    """communication_buffer_bytes reads DeepSpeed's allocations: setup_buckets makes one reduce_bucket_size buffer,
+    and a second with overlap_comm; all_gather_dp_groups allocates none (allgather_bucket_size only shards)."""
+    import inspect
+
+    from deepspeed.runtime import utils as ds_utils
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    from dsdoctor.checks.memory import communication_buffer_bytes
+
+    setup = inspect.getsource(DeepSpeedZeroOptimizer.setup_buckets)
+    assert setup.count("torch.empty(int(self.reduce_bucket_size)") == 2 and "if self.overlap_comm:" in setup
+    gather = inspect.getsource(ds_utils.all_gather_dp_groups)
+    assert not any(f"torch.{alloc}(" in gather for alloc in ("empty", "zeros", "ones", "cat"))
+    assert communication_buffer_bytes(2, 4, 2, 500_000_000, True)["reduce_buckets"] == 2_000_000_000
+    assert communication_buffer_bytes(2, 4, 2, 500_000_000, False)["reduce_buckets"] == 1_000_000_000
+    assert communication_buffer_bytes(1, 1, 4, 200_000_000, False)["reduce_buckets"] == 800_000_000
+    assert sum(communication_buffer_bytes(2, 4, 2, 500_000_000, True, contiguous_gradients=False).values()) == 0
+    assert communication_buffer_bytes(3, 8, 2, 500_000_000, True, layer_params=10_000_000) == {
+        "reduce_buckets": 0, "reduce_bucket": 1_000_000_000, "gathered_parameters": 120_000_000}
+
+
+@pytest.mark.parametrize("zero, gpus", [
+    ({"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}, 4),
+    ({"stage": 1, "reduce_bucket_size": 2e8}, 2),
+    ({"stage": 2, "overlap_comm": False, "contiguous_gradients": False}, 8),
+    ({"stage": 3, "reduce_bucket_size": 3e8, "stage3_prefetch_bucket_size": 4e7}, 4),
+    ({"stage": 3, "overlap_comm": True}, 1),
+])
+def test_ds144_and_estimate_count_the_same_buffers(runner, tmp_path, zero, gpus):
+    """Issue 12: DS144 said 8.4 GiB (4.5 x the bucket sizes x 2 bytes) where estimate's deepspeed_buffers said 1.86
+    GiB for the same config. Both now use checks/memory.py communication_buffer_bytes: the same bytes."""
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4, "bf16": {"enabled": True},
+              "optimizer": OPT, "zero_optimization": zero}
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config))
+    checked = json.loads(runner.invoke(cli, ["check", str(path), "--world-size", str(gpus), "--model", "qwen2-7b",
+                                             "--json", "-"]).stdout)["result"]["communication_buffers_bytes"]
+    estimated = json.loads(runner.invoke(cli, ["estimate", "--model", "qwen2-7b", "--deepspeed", str(path), "--gpus",
+                                               str(gpus), "--gpu-mem", "80", "--json", "-"]).stdout)["result"]
+    phases = estimated["terms_by_phase_bytes"]
+    # ZeRO-1/2: alive in the backward pass only; ZeRO-3: between steps (every phase)
+    assert checked["total"] == phases["backward"]["deepspeed_buffers"]
+    if zero["stage"] < 3:
+        assert phases["loss"]["deepspeed_buffers"] == 0
+        assert checked["total"] == (0 if zero.get("contiguous_gradients") is False else
+                                    2 * int(zero.get("reduce_bucket_size", 5e8)) * (2 if zero.get("overlap_comm") else 1))
+    else:
+        assert checked["total"] == phases["loss"]["deepspeed_buffers"] == phases["step"]["deepspeed_buffers"]
+    if zero == {"stage": 2, "overlap_comm": True, "reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}:
+        assert checked["total"] == 2_000_000_000  # 1.86 GiB, not 8.4
 
 
 def test_prescale_gradients_string_under_zero2():
@@ -318,7 +455,9 @@ def test_fix_writes_a_corrected_copy_and_never_the_input(runner, tmp_path):
     result = runner.invoke(cli, ["check", path, "--world-size", "4", "--fix", str(out), "--json", "-"])
     assert result.exit_code == 1 and open(path).read() == before
     fixed = json.loads(out.read_text())
-    assert fixed["train_batch_size"] == 16 and "zero_optimisation" not in fixed
+    # the global batch 32 is kept on 4 GPUs: micro 4 (as written) x gradient_accumulation_steps 2
+    assert (fixed["train_batch_size"], fixed["train_micro_batch_size_per_gpu"], fixed["gradient_accumulation_steps"]
+            ) == (32, 4, 2) and "zero_optimisation" not in fixed
     assert fixed["zero_optimization"] == {"stage": 2} and fixed["optimizer"]["type"] == "AdamW"
     assert fixed["fp16"]["enabled"] is False and fixed["bf16"]["enabled"] is True
     # the corrected copy passes
@@ -647,7 +786,8 @@ def test_assumed_world_size_is_a_warning_and_fix_keeps_the_triple(runner, tmp_pa
     # given the world size, the same file is checked and fixed for it
     data = json.loads(runner.invoke(cli, ["check", path, "--world-size", "2", "--json", "-"]).stdout)
     assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["DS102"]
-    assert {c["path"]: c["new"] for c in data["result"]["changes"]}["train_batch_size"] == 16
+    # (the global batch 32 kept on 2 GPUs: micro 4 x gradient_accumulation_steps 4)
+    assert {c["path"]: c["new"] for c in data["result"]["changes"]} == {"gradient_accumulation_steps": 4}
 
 
 @pytest.mark.parametrize("config, severity, text", [
@@ -917,3 +1057,105 @@ def test_user_keys_never_reach_the_terminal_raw(runner, tmp_path):
                                               "--json", "-"]).stdout)
         for f in data["findings"]:
             assert not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029]", f["evidence"] + f["fix"] + f["title"]), f
+
+
+# ------------------------------------------------------------------------------------------------ training files
+LLAMA_FACTORY_YAML = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_target: all
+deepspeed: examples/deepspeed/ds_z3_config.json
+### dataset
+dataset: identity,alpaca_en_demo
+template: qwen
+cutoff_len: 2048
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+"""
+AXOLOTL_YAML = """base_model: NousResearch/Llama-2-7b-hf
+datasets:
+  - path: mhenrichsen/alpaca_2k_test
+    type: alpaca
+sequence_len: 4096
+adapter: lora
+micro_batch_size: 2
+gradient_accumulation_steps: 4
+deepspeed: deepspeed_configs/zero2.json
+"""
+ACCELERATE_YAML = """compute_environment: LOCAL_MACHINE
+deepspeed_config:
+  deepspeed_config_file: ds_z2.json
+  zero3_init_flag: false
+distributed_type: DEEPSPEED
+num_processes: 4
+"""
+
+
+@pytest.mark.parametrize("name, text, expected", [
+    ("train.yaml", LLAMA_FACTORY_YAML,
+     "CONFIG {dir}/train.yaml: this is a LLaMA-Factory training file, not a DeepSpeed config; its DeepSpeed config is "
+     "{dir}/examples/deepspeed/ds_z3_config.json: dsdoctor check {dir}/examples/deepspeed/ds_z3_config.json "
+     "--launch trainer --hf-args {dir}/train.yaml (--hf-args reads LLaMA-Factory's YAML: the TrainingArguments keys "
+     "in it)"),
+    ("axolotl.yml", AXOLOTL_YAML,
+     "this is an axolotl config, not a DeepSpeed config; its DeepSpeed config is deepspeed_configs/zero2.json (not "
+     "found from here: give its path as the training sees it): dsdoctor check deepspeed_configs/zero2.json --launch "
+     "trainer (axolotl runs the HF Trainer"),
+    ("accelerate.yaml", ACCELERATE_YAML,
+     "this is an accelerate config, not a DeepSpeed config; its DeepSpeed config is ds_z2.json "
+     "(deepspeed_config.deepspeed_config_file): dsdoctor check ds_z2.json"),
+    ("args.json", json.dumps({"output_dir": "out", "per_device_train_batch_size": 4, "learning_rate": 2e-5,
+                              "deepspeed": "ds.json"}),
+     "this is a TrainingArguments file (learning_rate, output_dir, per_device_train_batch_size), not a DeepSpeed "
+     "config; its DeepSpeed config is ds.json (not found from here"),
+    ("inline.json", json.dumps({"output_dir": "out", "num_train_epochs": 1, "deepspeed": {"zero_optimization": {}}}),
+     "its DeepSpeed config is written inline under deepspeed: save that object as ds.json"),
+    ("nods.yaml", LLAMA_FACTORY_YAML.replace("deepspeed: examples/deepspeed/ds_z3_config.json\n", ""),
+     "it names no DeepSpeed config (deepspeed is absent): LLaMA-Factory then trains without DeepSpeed"),
+], ids=["llama-factory", "axolotl", "accelerate", "training-arguments", "inline", "no-deepspeed"])
+def test_a_training_tools_file_as_config_names_its_deepspeed_config(runner, tmp_path, name, text, expected):
+    """Issue 12: a LLaMA-Factory train.yaml given as CONFIG was checked as a DeepSpeed config (HJSON reads its
+    key: value lines), every key "unknown". One line, exit 2, naming the file's deepspeed: value and the command."""
+    (tmp_path / "examples/deepspeed").mkdir(parents=True)
+    (tmp_path / "examples/deepspeed/ds_z3_config.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto"}))
+    (tmp_path / name).write_text(text)
+    result = runner.invoke(cli, ["check", str(tmp_path / name)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    assert expected.format(dir=tmp_path) in result.stderr
+    if name == "train.yaml":  # the command it gives works: the ds_config checked with this file's TrainingArguments
+        ds = tmp_path / "examples/deepspeed/ds_z3_config.json"
+        again = runner.invoke(cli, ["check", str(ds), "--launch", "trainer", "--hf-args", str(tmp_path / name),
+                                    "--world-size", "2", "--json", "-"])
+        assert again.exit_code in (0, 1), again.output
+        assert json.loads(again.stdout)["result"]["batch"]["train_micro_batch_size_per_gpu"] == 1
+
+
+@pytest.mark.parametrize("config", [
+    {"train_micro_batch_size_per_gpu": 2, "optimizer": OPT, "fp16": {"enabled": True}},
+    {"train_batch_size": 8, "gradient_accumulation_steps": 2, "optimizer": OPT, "zero_optimization": {"stage": 2}},
+    {"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"}, "gradient_accumulation_steps": "auto"},
+])
+def test_deepspeed_configs_are_not_taken_for_training_files(runner, tmp_path, config):
+    path = write(tmp_path, config)
+    assert runner.invoke(cli, ["check", path, "--world-size", "2"]).exit_code in (0, 1)
+
+
+def test_hf_args_that_are_not_trainingarguments(runner, tmp_path):
+    """The reverse mix-up: a DeepSpeed config (or an axolotl config) as --hf-args would be read as TrainingArguments
+    with every value at its default."""
+    ds = write(tmp_path, {"train_micro_batch_size_per_gpu": "auto"})
+    swapped = write(tmp_path, {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}, "other.json")
+    axolotl = write(tmp_path, AXOLOTL_YAML, "axolotl.yml")
+    for path, text in ((swapped, "this is a DeepSpeed config (train_micro_batch_size_per_gpu, zero_optimization), "
+                                 "not TrainingArguments"),
+                       (axolotl, "this is an axolotl config; its keys are not TrainingArguments names")):
+        result = runner.invoke(cli, ["check", ds, "--launch", "trainer", "--hf-args", path])
+        assert result.exit_code == 2 and text in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    lf = write(tmp_path, LLAMA_FACTORY_YAML, "train.yaml")
+    assert runner.invoke(cli, ["check", ds, "--launch", "trainer", "--hf-args", lf]).exit_code in (0, 1)

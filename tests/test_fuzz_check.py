@@ -10,6 +10,12 @@ Inputs mix valid, near-valid and hostile ones:
 - the same configs written as HJSON (trailing comma, comments, unquoted keys, single quotes, no root braces, BOM);
 - text and bytes that are no JSON at all;
 
+plus (issue 12's newcomer trial) --transformers of any text with the TrainingArguments fields some versions lack and
+the precision flags against GPUs of every capability, --fix's output re-checked with the same TrainingArguments (a
+precision error TrainingArguments cause is never fixed away silently), LLaMA-Factory / axolotl / accelerate /
+TrainingArguments files given as CONFIG or as --hf-args with their DeepSpeed key set to anything, and DS102/DS103's
+batch proposals for any triple and world size (each one DeepSpeed's derivation accepts);
+
 under both --launch values, with --world-size huge, 0, negative or absent (and WORLD_SIZE garbage), --fix OUT
 (the input must not change; the output must be JSON an object, with no NaN or Infinity), --json -, --gpu and
 --model, and --hf-args files in YAML or JSON (aliases and anchors, YAML's odd types: dates, .inf, octal, binary,
@@ -253,3 +259,134 @@ TRAINER_CONFIGS = st.sampled_from([
 def test_check_any_hf_args(doc, config, launch, world_size, fix, model, as_json):
     _invoke(json.dumps(config).encode(), launch, world_size, None, fix, True, None, model, False,
             doc.encode("utf-8", "surrogatepass"), "args.json" if as_json else "args.yaml")
+
+
+# --------------------------------------------------------------------- issue 12, newcomer trial: the check2 surfaces
+from dsdoctor.checks.hf_trainer import FIELD_VERSIONS  # noqa: E402
+
+VERSIONS = st.one_of(st.sampled_from(["4.57.6", "4.36.2", "5.0", "5.1.3", "5.2", "5.24.0", "6.0", "4.0", "installed",
+                                      "INSTALLED", "v4.57", "5.", "five", "", " ", "4.57.6rc1", "9" * 50 + ".1",
+                                      "1" + "0" * 400, "4.57\n", "\x1b[31m5.0", "5.0.0.0.0", "-1.0"]),
+                     st.text(max_size=12))
+VERSION_FIELDS = st.sampled_from(sorted(FIELD_VERSIONS) + ["warmup_steps", "warmup_ratio", "max_steps", "bf16",
+                                                           "bf16_full_eval", "fp16", "fp16_full_eval", "tf32",
+                                                           "per_device_train_batch_size"])
+FLAG_VALUES = st.one_of(st.booleans(), st.sampled_from([0, 1, 0.1, 0.5, 1.0, 100.0, 1e308, -1, "true", "yes", "off",
+                                                        "steps", None, [], {}]), SCALARS)
+PRECISION_BLOCKS = st.sampled_from([None, {"enabled": "auto"}, {"enabled": True}, {"enabled": False},
+                                    {"enabled": "true"}, {}, "auto", True, [], {"enabled": None}])
+
+
+@st.composite
+def precision_config(draw) -> dict:
+    config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+              "zero_optimization": {"stage": draw(st.sampled_from([0, 1, 2, 3])),
+                                    "overlap_comm": draw(st.sampled_from([True, False, "auto", None]))},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": draw(st.sampled_from(
+                  ["auto", 0, 1, 100, -5, 1e308, "x"]))}}}
+    for name in ("fp16", "bf16"):
+        block = draw(PRECISION_BLOCKS)
+        if block is not None:
+            config[name] = block
+    return config
+
+
+@budget(max(10, EXAMPLES // 3))
+@given(config=precision_config(), fields=st.dictionaries(VERSION_FIELDS, FLAG_VALUES, max_size=6),
+       version=st.one_of(st.none(), VERSIONS), gpu=st.sampled_from([None, "V100", "T4", "P100", "A100", "H200"]),
+       launch=st.sampled_from(["trainer", "trainer", "engine"]))
+def test_check_versions_precision_and_fix_recheck(config, fields, version, gpu, launch):
+    """--transformers X (any text), TrainingArguments fields some versions lack and precision flags, against GPUs of
+    every capability; --fix's output re-checked with the same TrainingArguments: a precision error TrainingArguments
+    cause (DS111 / DS110 from TrainingArguments) is never fixed away silently."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path, hf, out = Path(tmp, "ds.json"), Path(tmp, "args.json"), Path(tmp, "fixed.json")
+        path.write_text(json.dumps(config))
+        hf.write_text(json.dumps(fields))
+        args = ["check", path, "--launch", launch, "--world-size", "2", "--json", "-", "--fix", out]
+        if launch == "trainer":
+            args += ["--hf-args", hf]
+        if version is not None:
+            args += ["--transformers", version]
+        if gpu:
+            args += ["--gpu", gpu]
+        first = run(args, inputs=[path, hf], env={"WORLD_SIZE": None, "CUDA_VISIBLE_DEVICES": ""})
+        _check_outputs(first, out, True)
+        if first.exit_code == 2 or launch != "trainer":
+            return
+        # (a bf16 written in the config is fixed by the config's "auto"; one TrainingArguments set is not)
+        caused = [f for f in json.loads(first.stdout)["findings"] if f["id"] in ("DS110", "DS111")
+                  and f["severity"] == "error" and re.search(
+                      r"TrainingArguments (bf16|bf16_full_eval|tf32|fp16|fp16_full_eval)=True", f["evidence"])]
+        again = run(["check", out, *args[2:args.index("--fix")], *args[args.index("--fix") + 2:]],
+                    inputs=[out, hf], env={"WORLD_SIZE": None, "CUDA_VISIBLE_DEVICES": ""})
+        if caused:
+            assert again.exit_code == 1, (caused, again.stdout[-2000:])
+
+
+LLAMA_FACTORY = {"model_name_or_path": "Qwen/Qwen2.5-7B", "stage": "sft", "finetuning_type": "lora",
+                 "template": "qwen", "dataset": "alpaca_en_demo", "per_device_train_batch_size": 1,
+                 "deepspeed": "examples/deepspeed/ds_z3_config.json"}
+AXOLOTL = {"base_model": "NousResearch/Llama-2-7b-hf", "datasets": [{"path": "x", "type": "alpaca"}],
+           "micro_batch_size": 2, "deepspeed": "deepspeed_configs/zero2.json"}
+ACCELERATE = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "DEEPSPEED",
+              "deepspeed_config": {"deepspeed_config_file": "ds.json"}, "num_processes": 2}
+TRAINING_ARGS = {"output_dir": "out", "per_device_train_batch_size": 4, "learning_rate": 2e-5, "deepspeed": "ds.json"}
+DEEPSPEED_VALUES = st.one_of(st.sampled_from(["ds.json", "", " ", "a b/ds z3.json", "../../ds.json", "x\ny.json",
+                                              "\x1b[31mds.json", "d" * 5000, "ds.json; rm -rf /", "'q'.json",
+                                              None, 3, True, [], {}, {"zero_optimization": {"stage": 3}}]),
+                             VALUES)
+
+
+@st.composite
+def training_file(draw) -> tuple[bytes, str]:
+    """A LLaMA-Factory / axolotl / accelerate / TrainingArguments file, with its DeepSpeed key set to anything and
+    a few keys added or dropped, written as YAML or JSON."""
+    import yaml
+
+    doc = json.loads(json.dumps(draw(st.sampled_from([LLAMA_FACTORY, AXOLOTL, ACCELERATE, TRAINING_ARGS]))))
+    if "deepspeed_config" in doc:
+        doc["deepspeed_config"]["deepspeed_config_file"] = draw(DEEPSPEED_VALUES)
+    else:
+        doc["deepspeed"] = draw(DEEPSPEED_VALUES)
+    for _ in range(draw(st.integers(0, 3))):
+        if doc and draw(st.booleans()):
+            doc.pop(draw(st.sampled_from(sorted(doc))))
+        else:
+            doc[draw(st.one_of(KEYS, st.sampled_from(sorted(TOP_KEYS))))] = draw(VALUES)
+    as_yaml = draw(st.booleans())
+    text = yaml.safe_dump(doc, allow_unicode=True) if as_yaml else json.dumps(doc)
+    return text.encode("utf-8", "surrogatepass"), "train.yaml" if as_yaml else "args.json"
+
+
+@budget(max(10, EXAMPLES // 3))
+@given(doc=training_file(), launch=st.sampled_from(["engine", "trainer"]), as_hf_args=st.booleans())
+def test_check_training_tool_files(doc, launch, as_hf_args):
+    """A training tool's file given as CONFIG (or as --hf-args): one line naming its DeepSpeed config, or a check."""
+    raw, name = doc
+    if as_hf_args:
+        _invoke(json.dumps({"train_micro_batch_size_per_gpu": "auto"}).encode(), "trainer", "2", None, False, True,
+                None, None, False, raw, name)
+    else:
+        _invoke(raw, launch, "2", None, False, True, None, None, False, None)
+
+
+@budget(max(50, EXAMPLES * 2))
+@given(train=st.one_of(st.none(), st.integers(1, 10 ** 6)), micro=st.one_of(st.none(), st.integers(1, 4096)),
+       acc=st.one_of(st.none(), st.integers(1, 4096)), ws=st.integers(1, 4096))
+def test_every_batch_proposal_holds(train, micro, acc, ws):
+    """DS102/DS103's proposals for any triple and world size: each one DeepSpeed's derivation accepts (derive_batch,
+    differential-tested against DeepSpeedConfig in test_check.py), the global batch kept first when the world size
+    divides it, and never "drop train_batch_size" without a micro batch in the file."""
+    from dsdoctor.checks.deepspeed_config import batch_proposals, derive_batch
+
+    proposals = batch_proposals(train, micro, acc, ws)
+    error = derive_batch(train, micro, acc, ws)[4]
+    assert bool(proposals) == (error is not None and not error.startswith("Either"))
+    for text, values in proposals:
+        assert derive_batch(*values.values(), ws)[4] is None, (text, values)
+        assert not (values["train_micro_batch_size_per_gpu"] is None and values["train_batch_size"] is None)
+        assert micro is not None or not text.startswith("drop")
+    if proposals and train % ws == 0:
+        first = proposals[0][1]
+        assert derive_batch(*first.values(), ws)[0] == train

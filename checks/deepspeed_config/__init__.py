@@ -23,7 +23,7 @@ The package is split by concern: ``rules`` (the DS1xx declarations), ``schema``,
 from __future__ import annotations
 
 from .autos import check_autos_engine
-from .batch import check_batch, check_world_size, consistent_world_sizes, derive_batch, valid_world_sizes
+from .batch import batch_proposals, check_batch, check_world_size, consistent_world_sizes, derive_batch, valid_world_sizes
 from .check import check_config, effective_config
 from .fix import TRAINING_ASPECTS, Change, apply_changes, mark_training_changes, training_of
 from .keys import MAX_UNKNOWN_SHOWN, check_keys, check_syntax
@@ -41,7 +41,7 @@ from .zero import check_zero, offload_device, zero_stage
 
 __all__ = [
     "BATCH_KEYS", "EXTRA_TOP_LEVEL", "MAX_UNKNOWN_SHOWN", "MISSING", "SCHEMA_DIR", "TRAINING_ASPECTS",
-    "apply_changes", "as_bool", "auto_paths", "Change", "check_autos_engine", "check_batch", "check_config",
+    "apply_changes", "as_bool", "batch_proposals", "auto_paths", "Change", "check_autos_engine", "check_batch", "check_config",
     "check_keys", "check_optimizer", "check_precision", "check_scheduler", "check_syntax", "check_world_size",
     "check_zero", "CheckContext", "CheckResult", "consistent_world_sizes", "delete_path", "derive_batch",
     "effective_config", "get_path", "installed_version", "is_auto", "is_number", "load_schema",

@@ -49,6 +49,85 @@ def derive_batch(train: int | None, micro: int | None, grad_acc: int | None, wor
     return train, micro, grad_acc, how, None
 
 
+def _divisor_near(n: int, near: int) -> int:
+    """The divisor of ``n`` closest to ``near`` (the smaller one on a tie)."""
+    best = 1
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            for c in (d, n // d):
+                if (abs(c - near), c) < (abs(best - near), best):
+                    best = c
+        d += 1
+    return best
+
+
+def batch_proposals(train: int | None, micro: int | None, grad_acc: int | None, world_size: int
+                    ) -> list[tuple[str, dict[str, int | None]]]:
+    """Batch triples that DeepSpeed accepts on ``world_size``, for a triple it refuses (:func:`derive_batch`
+    returns a DS102 or DS103 error), best first: ``[(text, values)]``, ``values`` holding each of
+    :data:`BATCH_KEYS` (None: the key is left out of the file).
+
+    - keep the global batch ``train`` when the world size divides it: the given micro batch with the
+      gradient_accumulation_steps that makes it, the given gradient_accumulation_steps with the micro batch that
+      makes it, or (neither divides) the micro batch nearest the given one;
+    - else the nearest triple below (micro batch and accumulation as given or derived, at least 1), saying that
+      the global batch changes;
+    - leave train_batch_size out so DeepSpeed derives it: only when a micro batch stays in the file, since
+      without train_batch_size and train_micro_batch_size_per_gpu DeepSpeed refuses the file ("Either
+      train_batch_size or train_micro_batch_size_per_gpu needs to be provided", DS104); without one it is
+      replaced by the micro batch.
+
+    Every proposal is checked with :func:`derive_batch` (DeepSpeed's own derivation and assertion,
+    ``deepspeed/runtime/config.py`` ``_set_batch_related_parameters``, ``_batch_assertion``); the tests build
+    DeepSpeed's ``DeepSpeedConfig`` from each. Returns [] when the triple is accepted or has no batch size at all.
+    """
+    if derive_batch(train, micro, grad_acc, world_size)[4] is None or (train is None and micro is None):
+        return []
+    ws = world_size
+    found: list[tuple[str, dict[str, int | None]]] = []
+
+    def add(text: str, t: int | None, m: int | None, a: int | None) -> None:
+        values = {"train_batch_size": t, "train_micro_batch_size_per_gpu": m, "gradient_accumulation_steps": a}
+        if derive_batch(t, m, a, ws)[4] is None and all(values != v for _, v in found):
+            found.append((text, values))
+
+    if train is not None and train % ws == 0:
+        per_gpu = train // ws
+        keeps = []
+        if micro is not None and per_gpu % micro == 0:
+            keeps.append((micro, per_gpu // micro))
+        if grad_acc is not None and per_gpu % grad_acc == 0:
+            keeps.append((per_gpu // grad_acc, grad_acc))
+        if not keeps:
+            m = _divisor_near(per_gpu, micro if micro is not None else per_gpu // (grad_acc or 1) or 1)
+            keeps.append((m, per_gpu // m))
+        for m, a in keeps:
+            changed = ", ".join(f'"{k}": {v}' for k, v, given in (
+                ("train_micro_batch_size_per_gpu", m, micro), ("gradient_accumulation_steps", a, grad_acc))
+                if v != given)
+            add(f"keep the global batch {train}: micro {m} x gradient_accumulation_steps {a} x world size {ws} "
+                f"({changed})", train, m, a)
+    elif train is not None:
+        m = micro if micro is not None else max(1, train // (ws * (grad_acc or 1)))
+        a = grad_acc if grad_acc is not None else max(1, train // (ws * m))
+        add(f"set train_batch_size {m * a * ws} = micro {m} x gradient_accumulation_steps {a} x world size {ws} "
+            f"(the global batch becomes {m * a * ws}, not {train}: {train} is not a multiple of world size {ws})",
+            m * a * ws, m, a)
+    if micro is not None:
+        derived = micro * (grad_acc or 1) * ws
+        add(f"drop train_batch_size so DeepSpeed derives it: micro {micro} x gradient_accumulation_steps "
+            f"{grad_acc or 1} x world size {ws} = {derived} (the global batch becomes {derived}, not {train})",
+            None, micro, grad_acc)
+    else:
+        m = max(1, train // (ws * (grad_acc or 1)))
+        derived = m * (grad_acc or 1) * ws
+        add(f'replace train_batch_size by "train_micro_batch_size_per_gpu": {m} (DeepSpeed then derives '
+            f"train_batch_size for any world size: {m} x {grad_acc or 1} x {ws} = {derived} here"
+            + ("" if derived == train else f", not {train}") + ")", None, m, grad_acc)
+    return found
+
+
 def valid_world_sizes(train, micro, grad_acc, limit: int = 64) -> list[int]:
     """World sizes 1..limit on which DeepSpeed accepts the given (possibly partial) triple."""
     return [ws for ws in range(1, limit + 1) if derive_batch(train, micro, grad_acc, ws)[4] is None]
@@ -176,31 +255,37 @@ def check_batch(config: dict, ctx: CheckContext, out: CheckResult, origin: dict[
             out.add(rule_.finding(f"world size {ws}, assumed ({ctx.world_size_source}): {error}; it holds on no "
                                   f"world size up to {MAX_WORLD_SIZE_TRIED}",
                                   fix="Make train_batch_size = micro x gradient_accumulation_steps x the world size "
-                                      "of the real run (give it with --world-size), or drop train_batch_size so "
-                                      "DeepSpeed derives it" + (' (under the HF Trainer: "auto")'
-                                                               if ctx.launch == "trainer" else "") + "."))
+                                      "of the real run (give it with --world-size), or "
+                                      + ("drop train_batch_size so DeepSpeed derives it" if micro is not None else
+                                         "replace train_batch_size by train_micro_batch_size_per_gpu (without "
+                                         "either DeepSpeed refuses the file), so DeepSpeed derives train_batch_size")
+                                      + (' (under the HF Trainer: "auto")' if ctx.launch == "trainer" else "") + "."))
             return
         fits_text = (f"; this triple holds on world size {', '.join(map(str, fits[:8]))}"
                      if fits else "; it holds on no world size")
-        fix_micro = micro if micro is not None else max(1, (train or 1) // max(1, ws * (grad_acc or 1)))
-        fix_acc = grad_acc if grad_acc is not None else max(1, (train or 1) // max(1, ws * fix_micro))
-        fixed_train = fix_micro * fix_acc * ws
-        triple = (f"train_batch_size {fixed_train} = micro {fix_micro} x gradient_accumulation_steps {fix_acc} "
-                  f"x world size {ws}")
+        proposals = batch_proposals(train, micro, grad_acc, ws)
         rule_ = DS103 if "greater than 0" in error else DS102
+        texts = [text for text, _ in proposals]
+        if ctx.launch == "trainer":
+            texts.insert(0, 'set the batch values to "auto" (the Trainer fills them from per_device_train_batch_size '
+                            "and gradient_accumulation_steps)")
+        fix = "; or ".join(texts)
         out.add(rule_.finding(f"world size {ws} ({ctx.world_size_source}): {error}{fits_text}",
-                              fix=f"Set {triple}; or drop train_batch_size so DeepSpeed derives it"
-                                  + (' (under the HF Trainer: "auto")' if ctx.launch == "trainer" else "") + "."))
+                              fix=(fix[:1].upper() + fix[1:] + ".") if fix else rule_.fix))
         if ctx.launch == "trainer":
             for key in BATCH_KEYS:
                 if key in config and not is_auto(config[key]):
                     out.change(key, config[key], "auto", rule_.id, "the Trainer fills it from TrainingArguments")
-        else:
-            out.change("train_batch_size", config.get("train_batch_size", MISSING), fixed_train, rule_.id, triple)
-            out.change("train_micro_batch_size_per_gpu", config.get("train_micro_batch_size_per_gpu", MISSING),
-                       fix_micro, rule_.id, triple)
-            out.change("gradient_accumulation_steps", config.get("gradient_accumulation_steps", MISSING),
-                       fix_acc, rule_.id, triple)
+        elif proposals:
+            text, values = proposals[0]
+            for key in BATCH_KEYS:
+                old = config.get(key, MISSING)
+                new = MISSING if values[key] is None else values[key]
+                if old is not MISSING and new is not MISSING and old == new and type(old) is type(new):
+                    continue
+                if old is MISSING and new is MISSING:
+                    continue
+                out.change(key, old, new, rule_.id, text)
         return
     if train is not None and ctx.launch == "engine" and not ctx.world_size_assumed:  # else DS106 says it
         fits = valid_world_sizes(train, micro, grad_acc)

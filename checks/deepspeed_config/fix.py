@@ -92,6 +92,8 @@ _TRAINING_KEYS = ("fp16", "bf16", "bfloat16", "zero_optimization", "optimizer", 
 
 
 def _flag(section: Any, launch: str) -> str:
+    if section is None and launch == "trainer":
+        return "auto"  # accelerate's set_mixed_precision adds the block TrainingArguments fp16/bf16 ask for
     if not isinstance(section, dict):
         return "off"
     value = section.get("enabled", False)
@@ -107,7 +109,9 @@ def _value(config: dict, path: str) -> str:
 
 def training_of(config: dict, launch: str = "engine") -> dict[str, str]:
     """What trains with ``config``, per :data:`TRAINING_ASPECTS`, as DeepSpeed reads it (under the engine "auto"
-    in fp16/bf16 is false; under the Trainer it stays "auto": TrainingArguments decide). Values are display text:
+    in fp16/bf16 is false; under the Trainer it stays "auto", and so does a missing fp16/bf16 block, which
+    accelerate's ``DeepSpeedPlugin.set_mixed_precision`` adds for TrainingArguments fp16/bf16: TrainingArguments
+    decide). Values are display text:
     ``{"precision": "bf16", "ZeRO stage": "2", "optimizer": '"AdamW"', ...}``.
     Source: deepspeed/runtime/config.py (precision, gradient_clipping), zero/config.py (stage, offload), engine.py
     ``_configure_optimizer`` and ``_scheduler_from_config``."""

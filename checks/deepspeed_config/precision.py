@@ -6,7 +6,7 @@ from typing import Any
 
 from .result import CheckContext, CheckResult
 from .rules import DS110, DS111, DS112, DS113, DS114
-from .values import as_bool, get_path, is_auto, is_number, show
+from .values import MISSING, as_bool, get_path, is_auto, is_number, show
 
 
 def precision_of(config: dict) -> tuple[bool, bool]:
@@ -21,9 +21,39 @@ def precision_of(config: dict) -> tuple[bool, bool]:
     return enabled(config.get("fp16")), enabled(bf16_section)
 
 
+def _trainer_flags(out: CheckResult) -> dict[str, bool]:
+    """The precision flags of TrainingArguments (``out.training_args``, filled by the Trainer checks) that are true."""
+    args = out.training_args or {}
+    return {k: True for k in ("fp16", "bf16", "fp16_full_eval", "bf16_full_eval", "tf32") if args.get(k) is True}
+
+
+def _bf16_origin(ctx: CheckContext, out: CheckResult) -> str:
+    """Where the config's bf16.enabled came from, for the evidence."""
+    written = get_path(out.original, "bf16.enabled")
+    if is_auto(written):
+        return 'the ds_config\'s bf16.enabled "auto" takes it (trainer_config_process)'
+    if written is MISSING and ctx.launch == "trainer":
+        return "accelerate adds a bf16 block for it (set_mixed_precision)"
+    return "the ds_config's bf16.enabled is true"
+
+
 def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
-    """DS110-DS114."""
+    """DS110-DS114 on ``config`` (after the Trainer's fills) and, under the Trainer, on the TrainingArguments flags
+    (``out.training_args``): ``TrainingArguments.__post_init__`` (transformers/training_args.py) refuses fp16 with
+    bf16 ("At most one of fp16 and bf16 can be True, but not both"), tf32 below compute capability 8.0 ("--tf32
+    requires Ampere or a newer GPU arch", ``is_torch_tf32_available``: major < 8) and bf16 where
+    ``torch.cuda.is_bf16_supported()`` is false. Under the Trainer --fix writes "auto" (the config follows
+    TrainingArguments) and names the TrainingArguments values to change."""
     fp16, bf16 = precision_of(config)
+    trainer = ctx.launch == "trainer"
+    flags = _trainer_flags(out) if trainer else {}
+    for a, b, what in (("fp16", "bf16", ""), ("fp16_full_eval", "bf16_full_eval", " for full eval")):
+        if flags.get(a) and flags.get(b):
+            out.add(DS110.finding(f"TrainingArguments {a}=True and {b}=True: TrainingArguments raises ValueError "
+                                  f'"At most one of fp16 and bf16 can be True{what}, but not both"',
+                                  fix=f"Keep one in TrainingArguments: {b} on compute capability 8.0 or newer, {a} "
+                                      "on V100/T4."))
+            out.cannot_fix(f"TrainingArguments {a} / {b}", f"one of them true, not both")
     if fp16 and bf16:
         out.add(DS110.finding("fp16.enabled and bf16.enabled are both true: bfloat16 and fp16 modes cannot be "
                               "simultaneously enabled"))
@@ -34,27 +64,69 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
     gpu = ctx.gpu
     if gpu is not None:
         cc = f"{gpu.capability[0]}.{gpu.capability[1]}"
-        if bf16 and not gpu.bf16:
-            out.add(DS111.finding(f"bf16 enabled on {gpu.name} (compute capability {cc} < 8.0)",
-                                  fix=DS111.fix if ctx.launch == "trainer" else
-                                  'Use "fp16": {"enabled": true} (dynamic loss scaling) and "bf16": {"enabled": false}.'))
-            out.change("bf16.enabled", True, False, "DS111", f"{gpu.name} has no bf16")
-            if ctx.launch == "trainer" and is_auto(get_path(out.original, "bf16.enabled")):
-                out.cannot_fix("TrainingArguments bf16 / fp16", 'bf16=False, fp16=True (the config\'s "auto" '
-                                                               "follows them)")
-            if not fp16:
-                out.change("fp16.enabled", get_path(config, "fp16.enabled"), True, "DS111",
-                           f"fp16 is the 16-bit type {gpu.name} has")
-        if fp16 and gpu.capability < (7, 0):
-            out.add(DS112.finding(f"fp16 enabled on {gpu.name} (compute capability {cc} < 7.0)"))
+        trainer_bf16 = [k for k in ("bf16", "bf16_full_eval") if flags.get(k)]
+        if (bf16 or trainer_bf16) and not gpu.bf16:
+            where = []
+            if trainer_bf16:
+                where.append("TrainingArguments " + " and ".join(f"{k}=True" for k in trainer_bf16))
+            if bf16:
+                where.append(_bf16_origin(ctx, out) if trainer_bf16 else "the ds_config's bf16.enabled is true")
+            out.add(DS111.finding(
+                f"bf16 on {gpu.name} (compute capability {cc} < 8.0): " + "; ".join(where) + ". The GPU has no "
+                "bf16 arithmetic: where torch.cuda.is_bf16_supported() is false TrainingArguments raises ValueError "
+                "\"Your setup doesn't support bf16/gpu\" and DeepSpeed \"Type bf16 is not supported on your "
+                "device\"; where torch emulates it (its default, including_emulation=True) bf16 runs without tensor "
+                "cores, several times slower than fp16, and kernels built for 8.0+ refuse it",
+                fix=(DS111.fix if trainer else
+                     'Use "fp16": {"enabled": true} (dynamic loss scaling) and "bf16": {"enabled": false}.')))
+            if trainer:
+                # under the Trainer the precision is TrainingArguments'; the config follows it with "auto"
+                for key in ("bf16.enabled", "fp16.enabled"):
+                    written = get_path(out.original, key)
+                    if not is_auto(written) and (written is not MISSING or key == "fp16.enabled"):
+                        out.change(key, written, "auto", "DS111", "the Trainer fills it from TrainingArguments "
+                                   + key.split(".")[0] + (f" ({gpu.name} has fp16, not bf16)"
+                                                          if key == "fp16.enabled" else ""))
+                if trainer_bf16 or is_auto(get_path(out.original, "bf16.enabled")) or \
+                        get_path(out.original, "bf16.enabled") is MISSING:
+                    out.cannot_fix("TrainingArguments bf16 / fp16", "bf16: false" + (
+                        ", bf16_full_eval: false" if flags.get("bf16_full_eval") else "") + ", fp16: true (the "
+                        "config's \"auto\" follows them; fp16 is the 16-bit type "
+                        f"{gpu.name} has)")
+            else:
+                out.change("bf16.enabled", True, False, "DS111", f"{gpu.name} has no bf16")
+                if not fp16:
+                    out.change("fp16.enabled", get_path(config, "fp16.enabled"), True, "DS111",
+                               f"fp16 is the 16-bit type {gpu.name} has")
+        if flags.get("tf32") and gpu.capability < (8, 0):
+            out.add(DS111.finding(f"TrainingArguments tf32=True on {gpu.name} (compute capability {cc} < 8.0): "
+                                  "TrainingArguments raises ValueError \"--tf32 requires Ampere or a newer GPU arch, "
+                                  "cuda>=11 and torch>=1.7\" (is_torch_tf32_available: major < 8)",
+                                  title="tf32 on a GPU without TF32",
+                                  fix="Remove tf32 from TrainingArguments (or tf32: false): TF32 needs compute "
+                                      "capability 8.0 or newer."))
+            out.cannot_fix("TrainingArguments tf32", f"tf32: false ({gpu.name} has no TF32)")
+        trainer_fp16 = [k for k in ("fp16", "fp16_full_eval") if flags.get(k)]
+        if (fp16 or trainer_fp16) and gpu.capability < (7, 0):
+            out.add(DS112.finding(f"fp16 enabled on {gpu.name} (compute capability {cc} < 7.0)"
+                                  + (" by TrainingArguments " + " and ".join(f"{k}=True" for k in trainer_fp16)
+                                     if trainer_fp16 else "")))
     model = ctx.model
     if model is not None and model.dtype:
         if fp16 and model.dtype == "bfloat16" and not bf16:
-            out.add(DS113.finding(f"fp16 enabled; {model.name} weights are bfloat16 ({model.source})"))
-            if ctx.launch == "trainer" and is_auto(get_path(out.original, "fp16.enabled")):
+            out.add(DS113.finding(f"fp16 enabled; {model.name} weights are bfloat16 ({model.source})"
+                                  + (" (TrainingArguments fp16=True)" if flags.get("fp16") else "")))
+            written = get_path(out.original, "fp16.enabled")
+            if trainer and (is_auto(written) or written is MISSING or flags.get("fp16")):
+                # the Trainer's precision is TrainingArguments': the config follows it with "auto"
                 out.cannot_fix("TrainingArguments fp16 / bf16", 'fp16=False, bf16=True (the config\'s "auto" '
                                                                "follows them)")
-            if gpu is None or gpu.bf16:
+                if gpu is None or gpu.bf16:
+                    for key in ("fp16.enabled", "bf16.enabled"):
+                        if not is_auto(get_path(out.original, key)):
+                            out.change(key, get_path(out.original, key), "auto", "DS113",
+                                       f"the Trainer fills it from TrainingArguments ({model.name} is a bf16 model)")
+            elif gpu is None or gpu.bf16:
                 out.change("fp16.enabled", True, False, "DS113", f"{model.name} is a bf16 model")
                 out.change("bf16.enabled", get_path(config, "bf16.enabled"), True, "DS113",
                            f"{model.name} is a bf16 model")

@@ -29,6 +29,9 @@ class CheckContext:
         world_size_assumed: nothing gave the world size (no --world-size, no launcher WORLD_SIZE, no visible GPU):
             ``world_size`` is a guess, so batch verdicts that depend on it are not certain and --fix leaves the
             batch triple alone.
+        transformers_version: the transformers version the training run uses ("4.57.6"), or None when not given
+            (``--transformers``); ``transformers_source`` says where it came from; ``transformers_installed`` is
+            the one installed here (filled by the Trainer checks when empty).
     """
 
     world_size: int = 1
@@ -44,6 +47,9 @@ class CheckContext:
     json_error: tuple[str, int, int] | None = None
     hjson_feature: str = ""
     world_size_assumed: bool = False
+    transformers_version: str | None = None
+    transformers_source: str = ""
+    transformers_installed: str = ""
 
 
 #: findings of one rule listed one by one; the rest are counted in one more (80,000 misspelled optimizer params
@@ -101,6 +107,10 @@ class CheckResult:
     batch: dict = field(default_factory=dict)
     #: values --fix cannot choose (a micro batch, the run's total steps): (path, what to write there)
     unfixed: list[tuple[str, str]] = field(default_factory=list)
+    #: the TrainingArguments values the Trainer checks used (defaults plus --hf-args), or {} when none were given
+    training_args: dict = field(default_factory=dict)
+    #: DeepSpeed's communication buffers per GPU, bytes by kind and "total" (DS144), or {} without ZeRO
+    buffers: dict = field(default_factory=dict)
     #: the config as given, and after the Trainer's fills (``launch == "trainer"``; else the config as given)
     original: dict = field(default_factory=dict)
     filled: dict = field(default_factory=dict)

@@ -27,7 +27,9 @@ DS102 = rule(
     why='DeepSpeed asserts it at initialize: "Check batch related parameters. train_batch_size is not equal to '
         'micro_batch_per_gpu * gradient_acc_step * world_size". A config written for 8 GPUs and launched on 7 '
         "fails this way.",
-    fix="Set the corrected triple shown, or drop train_batch_size and let DeepSpeed derive it (under the HF "
+    fix="Set one of the triples shown (each one DeepSpeed accepts on this world size; the global batch kept when "
+        "the world size divides it), or drop train_batch_size and let DeepSpeed derive it when "
+        "train_micro_batch_size_per_gpu is in the file (without either DeepSpeed refuses it; under the HF "
         'Trainer: "auto").',
     source=f"{_DS} _set_batch_related_parameters, _batch_assertion",
     example='{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1} on 4 GPUs')
@@ -70,12 +72,18 @@ DS110 = rule(
     source=f"{_DS} _initialize_params")
 DS111 = rule(
     "DS111", "error", "bf16 on a GPU without bf16",
-    what="bf16 is enabled but the GPU's compute capability is below 8.0 (V100, T4, RTX 20xx).",
-    why='DeepSpeed raises "Type bf16 is not supported on your device"; transformers "Your setup doesn\'t '
-        'support bf16/gpu".',
-    fix='Use "fp16": {"enabled": true} (with dynamic loss scaling) and drop bf16 in the config and in '
-        "TrainingArguments.",
-    source=f"{_ENGINE} _do_sanity_check (accelerator.is_bf16_supported)")
+    what="bf16 is enabled, in the ds_config or (under the HF Trainer) by TrainingArguments bf16 / bf16_full_eval, "
+         "but the GPU's compute capability is below 8.0 (V100, T4, RTX 20xx); or TrainingArguments tf32 there.",
+    why="The GPU has no bf16 arithmetic. Where torch.cuda.is_bf16_supported() is false, DeepSpeed raises \"Type "
+        "bf16 is not supported on your device\" and TrainingArguments \"Your setup doesn't support bf16/gpu\"; where "
+        "torch emulates bf16 (its default) the run starts and is several times slower than fp16 without tensor "
+        "cores, and kernels built for 8.0+ refuse it. tf32 below 8.0 is refused by TrainingArguments (\"--tf32 "
+        "requires Ampere or a newer GPU arch\").",
+    fix='Use "fp16": {"enabled": true} (with dynamic loss scaling) and drop bf16 in the config; under the HF '
+        'Trainer set bf16: false, fp16: true in TrainingArguments and "auto" in the config.',
+    source=f"{_ENGINE} _do_sanity_check (accelerator.is_bf16_supported); transformers/training_args.py "
+           "__post_init__ (is_torch_bf16_gpu_available, is_torch_tf32_available); torch/cuda/__init__.py "
+           "is_bf16_supported")
 DS112 = rule(
     "DS112", "warning", "fp16 on a GPU below compute capability 7.0",
     what="fp16 is enabled on a GPU without tensor cores (Pascal P100/P40, compute capability below 7.0).",
@@ -311,13 +319,16 @@ DS143 = rule(
     source="deepspeed/runtime/config_utils.py; deepspeed/runtime/zero/offload_config.py")
 DS144 = rule(
     "DS144", "warning", "communication buckets take much GPU memory",
-    what="reduce_bucket_size and allgather_bucket_size (elements) with overlap_comm cost about 4.5 x their sum "
-         "x 2 bytes of GPU memory.",
-    why="With the 5e8 defaults and overlap_comm that is about 8.4 GiB per GPU before the model: a 24 GiB card "
-        "OOMs for buckets alone.",
-    fix="Lower both to 2e8 (or to hidden_size^2, what the HF Trainer's \"auto\" uses), or set "
-        '"overlap_comm": false.',
-    source="transformers docs main_classes/deepspeed (ZeRO-2 config: overlap_comm uses 4.5x the bucket sizes)")
+    what="DeepSpeed's gradient reduction buffers (ZeRO-1/2: reduce_bucket_size elements, twice with overlap_comm, "
+         "during the backward pass; ZeRO-3: one reduction bucket plus the parameters gathered ahead) are above 10% "
+         "of the GPU's memory.",
+    why="They come on top of the model states and activations: reduce_bucket_size 5e9 with overlap_comm is 18.6 "
+        "GiB per GPU in bf16. The 5e8 default with overlap_comm is 1.86 GiB (allgather_bucket_size allocates no "
+        "buffer in DeepSpeed 0.19.8; the \"4.5 x the bucket sizes\" of older documentation counts 8.4 GiB).",
+    fix="Lower reduce_bucket_size (2e8, or hidden_size^2, what the HF Trainer's \"auto\" uses), or set "
+        '"overlap_comm": false (one buffer instead of two).',
+    source="deepspeed/runtime/zero/stage_1_and_2.py setup_buckets; stage3.py __init__ (ipg buckets); "
+           "partitioned_param_coordinator.py (prefetch, max_live_parameters); runtime/utils.py all_gather_dp_groups")
 DS145 = rule(
     "DS145", "error", "gradient pre-scaling with ZeRO's reduce scatter",
     what="prescale_gradients is true (a string such as \"false\" counts as true) or gradient_predivide_factor "

@@ -43,18 +43,114 @@ def resolve_world_size(option: int | None, gpus: list) -> tuple[int, str]:
     return 1, "no --world-size, no WORLD_SIZE from a launcher, no visible GPU"
 
 
+def resolve_transformers(option: str | None) -> tuple[str | None, str]:
+    """The transformers version of the training run, and where it came from: ``--transformers X.Y[.Z]``, or
+    ``installed`` for the one installed here; ``(None, "")`` when not given.
+
+    Raises:
+        DsdoctorError: a value that is no version.
+    """
+    if option is None:
+        return None, ""
+    from dsdoctor.checks.hf_trainer import parse_version
+
+    if option.strip().lower() == "installed":
+        from dsdoctor.checks.deepspeed_config import installed_version
+
+        version = installed_version("transformers")
+        if not version:
+            raise DsdoctorError("--transformers installed: transformers is not installed here; give the version the "
+                                "run uses (--transformers 4.57.6)")
+        return version, "--transformers installed"
+    version = parse_version(option)
+    if version is None or len(option) > 40:
+        raise DsdoctorError(f"--transformers {option[:40]!r}: not a version (give it as X.Y or X.Y.Z, e.g. 4.57.6, "
+                            "or installed)")
+    return ".".join(map(str, version)), "--transformers"
+
+
+#: the largest CONFIG read a second time as YAML to tell a training tool's file (those are a few kilobytes)
+MAX_TRAINING_FILE_BYTES = 64 << 10
+
+
+def _training_fields(schema: dict | None = None):
+    """A function returning the TrainingArguments field names (the schema's, and those other transformers versions
+    have), computed when first called: most files are told apart by their keys alone."""
+    found: list[set[str]] = []
+
+    def fields() -> set[str]:
+        if not found:
+            from dsdoctor.checks.deepspeed_config import load_schema
+            from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+            known = schema if schema is not None else load_schema()[0]
+            found.append(set((known.get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS))
+        return found[0]
+
+    return fields
+
+
+def read_config_or_training_file(config_path: str, schema: dict | None = None):
+    """The ds_config at ``config_path`` (:func:`dsdoctor.configfile.read_ds_config_file`), refusing a training
+    tool's file given in its place (a LLaMA-Factory train.yaml, an axolotl YAML, an accelerate config, a
+    TrainingArguments JSON) with one line that names the DeepSpeed config it points to
+    (:func:`dsdoctor.checks.deepspeed_config.training_file.training_file_message`).
+
+    Raises:
+        DsdoctorError: the file cannot be read or parsed, or it is a training tool's file.
+    """
+    from dsdoctor.checks.deepspeed_config.training_file import training_file_message
+    from dsdoctor.configfile import read_ds_config_file, read_hf_args
+
+    from dsdoctor.checks.deepspeed_config.training_file import MARKERS
+
+    def small() -> bool:  # a training tool's file is a few kilobytes; YAML-parsing a 1 MiB junk file takes seconds
+        try:
+            return os.path.getsize(config_path) <= MAX_TRAINING_FILE_BYTES
+        except (OSError, ValueError):
+            return False
+
+    try:
+        parsed = read_ds_config_file(config_path, "CONFIG")
+    except DsdoctorError:
+        values = None
+        if small():
+            try:  # YAML that is not HJSON either (lists, nested blocks): read it as YAML, with the same caps
+                values = read_hf_args(config_path, "CONFIG")
+            except DsdoctorError:
+                values = None
+        message = training_file_message(values, config_path, _training_fields(schema)) if values is not None else None
+        if message:
+            raise DsdoctorError(message) from None
+        raise
+    values = parsed.config
+    if parsed.json_error is not None and small() and MARKERS & set(values):
+        # HJSON only: a YAML file reads as HJSON too, with its nested blocks garbled; read it as YAML
+        try:
+            values = read_hf_args(config_path, "CONFIG")
+        except DsdoctorError:
+            values = parsed.config
+    message = training_file_message(values, config_path, _training_fields(schema))
+    if message:
+        raise DsdoctorError(message)
+    return parsed
+
+
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
               gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
-              fix: str | None = None, deep: bool = False, gpu_cc: str | None = None) -> Report:
+              fix: str | None = None, deep: bool = False, gpu_cc: str | None = None,
+              transformers: str | None = None) -> Report:
     """Check a ds_config file; the body of ``dsdoctor check``.
 
     Returns a Report whose ``result`` holds ``world_size`` (and its source), ``launch``, ``effective`` (the config
     after the Trainer's fills and DeepSpeed's derivation and defaults), ``batch`` (the derived triple),
     ``provenance`` (user / default / derived / auto per value), ``changes`` (what ``--fix`` writes) and
-    ``schema``. Raises DsdoctorError on bad input (one line, exit 2).
+    ``schema``. ``transformers``: the transformers version of the training run ("4.57.6", or "installed": the one
+    here), for the TrainingArguments fields that depend on it (HF205). Raises DsdoctorError on bad input (one line,
+    exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
-    from dsdoctor.configfile import read_ds_config_file, read_hf_args
+    from dsdoctor.configfile import read_hf_args
     from dsdoctor.files import write_output
     from dsdoctor.hardware import gpu_from_name, visible_gpus
 
@@ -63,9 +159,19 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                             "in the config decides it)")
     if hf_args is not None and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
-    parsed = read_ds_config_file(config_path, "CONFIG")
+    run_transformers, transformers_source = resolve_transformers(transformers)
+    if run_transformers is not None and launch != "trainer":
+        raise DsdoctorError("--transformers goes with --launch trainer (it says which TrainingArguments the run has)")
+    schema, schema_note = load_schema()
+    parsed = read_config_or_training_file(config_path, schema)
     config = parsed.config
     args = read_hf_args(hf_args) if hf_args is not None else None
+    if args is not None:
+        from dsdoctor.checks.deepspeed_config.training_file import hf_args_message
+
+        message = hf_args_message(args, hf_args)
+        if message:
+            raise DsdoctorError(message)
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []
     if gpu == "auto":
         if not seen:
@@ -82,22 +188,25 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
         model_info = lookup(model)
     ws, ws_source = resolve_world_size(world_size, seen)
     assumed = world_size is None and not os.environ.get("WORLD_SIZE") and not seen
-    schema, schema_note = load_schema()
     ctx = CheckContext(world_size=ws, world_size_source=ws_source, launch=launch,
                        client_optimizer=client_optimizer, hf_args=args, gpu=gpu_info, model=model_info,
                        duplicates=parsed.duplicates, schema=schema, schema_note=schema_note,
                        json_error=parsed.json_error, hjson_feature=parsed.hjson_feature,
-                       world_size_assumed=assumed)
+                       world_size_assumed=assumed, transformers_version=run_transformers,
+                       transformers_source=transformers_source)
     result = check_config(config, ctx)
     report = Report("check", result={
         "config": str(config_path), "world_size": ws, "world_size_source": ws_source,
         "world_size_assumed": assumed, "launch": launch,
+        "transformers": {"run": run_transformers, "source": transformers_source or "not given",
+                         "installed": ctx.transformers_installed or None} if launch == "trainer" else None,
         "client_optimizer": client_optimizer, "gpu": None if gpu_info is None else {
             "name": gpu_info.name, "compute_capability": f"{gpu_info.capability[0]}.{gpu_info.capability[1]}",
             "source": gpu_info.source},
         "model": None if model_info is None else {"name": model_info.name, "dtype": model_info.dtype,
                                                   "hidden_size": model_info.hidden_size},
         "schema": schema_note, "batch": result.batch, "provenance": result.provenance,
+        "communication_buffers_bytes": result.buffers or None,
         "effective": result.effective, "changes": [c.to_dict() for c in result.changes]})
     for finding in result.findings:
         report.add(finding)
@@ -216,13 +325,18 @@ def deep_check(config: dict, world_size: int, launch: str, path: str | None = No
 @click.option("--gpu-cc", default=None, metavar="X.Y", help="Compute capability, for a GPU the table lacks (6.1).")
 @click.option("--model", default=None, metavar="NAME|PATH",
               help="A model name (qwen2-7b, chatglm3-6b, ...) or a local directory with config.json.")
+@click.option("--transformers", "transformers", default=None, metavar="X.Y|installed",
+              help="The transformers version the training run uses (TrainingArguments fields differ: warmup_ratio is "
+                   "gone from 5.2); with --launch trainer. Default: both behaviours are named.")
 @click.option("--client-optimizer", is_flag=True, help="Your script passes optimizer= to deepspeed.initialize.")
 @click.option("--fix", default=None, metavar="OUT.json", help="Write a corrected copy here (CONFIG is never edited).")
 @click.option("--deep", is_flag=True, help="Also build DeepSpeed's own DeepSpeedConfig from the file (imports DeepSpeed).")
 @report_command(inputs=("config", "hf_args", "model"), outputs=("fix",))
-def check(config, world_size, launch, hf_args, gpu, gpu_cc, model, client_optimizer, fix, deep) -> Report:
+def check(config, world_size, launch, hf_args, gpu, gpu_cc, model, transformers, client_optimizer, fix,
+          deep) -> Report:
     """Check a DeepSpeed config (JSON or HJSON) before the model loads."""
     if gpu == "auto" and gpu_cc is not None:
         raise DsdoctorError("--gpu-cc goes with a GPU's name; with --gpu auto, NVML reports the capability")
     return run_check(config, world_size=world_size, launch=launch, hf_args=hf_args, gpu=gpu, model=model,
-                     client_optimizer=client_optimizer, fix=fix, deep=deep, gpu_cc=gpu_cc)
+                     client_optimizer=client_optimizer, fix=fix, deep=deep, gpu_cc=gpu_cc,
+                     transformers=transformers)
