@@ -261,7 +261,8 @@ def decoder_layers(model) -> torch.nn.ModuleList:
 def lora_targets(model, override: str | None) -> list[str]:
     """--lora-targets, else peft's per-architecture default (``peft/utils/constants.py``
     TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING: query_key_value for chatglm/gpt_neox, q_proj,v_proj
-    for llama/qwen2), else every module named like a fused or separate attention projection."""
+    for llama/qwen2), else every module named like a fused or separate attention projection (Phi-3's ``qkv_proj``,
+    which peft's table lacks; ``dsdoctor.models.methods.default_lora_targets`` falls back the same way)."""
     if override:
         return [t.strip() for t in override.split(",") if t.strip()]
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table
@@ -270,7 +271,7 @@ def lora_targets(model, override: str | None) -> list[str]:
     if model_type in table:
         return list(table[model_type])
     names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    for candidates in (["query_key_value"], ["W_pack"], ["wqkv"], ["c_attn"], ["q_proj", "v_proj"]):
+    for candidates in (["query_key_value"], ["W_pack"], ["wqkv"], ["c_attn"], ["qkv_proj"], ["q_proj", "v_proj"]):
         if set(candidates) <= names:
             return candidates
     raise SetupError("TRN609", f"no default LoRA target modules for model_type {model_type!r}; "
