@@ -235,17 +235,33 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
               f"alloc={(r.get('max_allocated') or 0) / GIB:.2f} GiB peak@{r.get('peak_phase')}", flush=True)
 
 
+#: What the GPU machine's transformers (5.17.0) ran where it differs from the one dsdoctor reads here (5.24): its
+#: Gemma2 class has ``_supports_sdpa = True`` (softcapping dropped), 5.24's False (eager attention).
+RAN_SDPA = {"gemma2": "sdpa"}
+
+
+def _types() -> dict:
+    from dsdoctor.models import REGISTRY
+
+    return {name: config.get("model_type") for name, (_, config) in REGISTRY.items()}
+
+
+REGISTRY_TYPES: dict = {}
+
+
 def predict(point: dict):
     """dsdoctor's estimate of a point (one GPU), through ``dsdoctor estimate``'s own ``build_setup``, for the
     point's loop; and DeepSpeed's and accelerate's estimators."""
     from dsdoctor.checks.memory import accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
     from dsdoctor.commands.estimate import build_setup
 
+    REGISTRY_TYPES.update(REGISTRY_TYPES or _types())
     setup, _, _ = build_setup(
         point["model"], point["method"], point.get("lora_r", 8), ",".join(point.get("lora_targets") or []) or None,
         point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
-        point["seq_len"], point.get("grad_ckpt", True), "bf16", launch=point.get("loop", "engine"))
+        point["seq_len"], point.get("grad_ckpt", True), "bf16", launch=point.get("loop", "engine"),
+        attn=point.get("attn") or RAN_SDPA.get(REGISTRY_TYPES.get(point["model"])))
     return estimate(setup), deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 
 

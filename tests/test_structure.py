@@ -226,3 +226,24 @@ def test_a_config_transformers_cannot_build_gets_one_line(tmp_path, monkeypatch,
     import re
 
     assert re.search(message, lines[0]), lines[0]
+
+
+def test_attn_names_the_attention_the_training_machine_runs():
+    """transformers 5.17 runs Gemma-2 with SDPA, 5.24 with eager attention (``_supports_sdpa``): measured on the
+    H200 (5.17), micro 1 x 2048 without checkpointing used 39.40 GiB peak allocated; --attn sdpa predicts that
+    (benchmarks/results/memory-loops), the default follows the installed transformers and says so."""
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    args = ["estimate", "--model", "gemma-2-9b", "--method", "lora", "--seq-len", "2048", "--no-grad-ckpt",
+            "--launch", "trainer", "--gpus", "1", "--gpu-mem", "140", "--json", "-"]
+    default = json.loads(CliRunner().invoke(cli, args).stdout)["result"]
+    sdpa = json.loads(CliRunner().invoke(cli, args + ["--attn", "sdpa"]).stdout)["result"]
+    quadratic = 42 * 2048 * 16 * 2048 * 8  # layers x tokens x heads x keys x (fp32 softmax, its copy, tanh output)
+    # eager widens k and v to the 16 query heads (repeat_kv: 4 x (4096 - 2048) bytes a token) and has no SDPA
+    # log-sum-exp (4 bytes a head)
+    widened = 42 * 2048 * (4 * (4096 - 2048) - 4 * 16)
+    assert default["allocated_bytes"] - sdpa["allocated_bytes"] == quadratic + widened
+    assert abs(sdpa["allocated_bytes"] / 2 ** 30 - 39.40) < 0.01 * 39.40
+    assert "give --attn sdpa" in default["counting"]

@@ -213,7 +213,7 @@ def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str
 def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, freeze_last: int,
                 prefix_tokens: int, lora_dropout: float, zero: int, offload_optimizer: str, offload_param: str,
                 gpus: int, nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
-                extra: dict | None = None, grad_accum: int = 1, launch: str = "engine"):
+                extra: dict | None = None, grad_accum: int = 1, launch: str = "engine", attn: str | None = None):
     """The :class:`dsdoctor.checks.memory.Setup` for these choices, with the model resolved and its parameters
     counted: analytically for the families of :mod:`dsdoctor.models.analytic` whose every key the formulas account
     for (:func:`dsdoctor.models.unmodeled_keys`); from the structure of transformers' model built on the meta device
@@ -248,6 +248,10 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     if not 0 <= lora_dropout < 1:
         raise DsdoctorError(f"--lora-dropout must be in [0, 1), got {lora_dropout}")
     arch = resolve_arch(model)
+    if attn is not None:  # the attention the training machine's transformers runs, when it is not this one's
+        from dataclasses import replace
+
+        arch = replace(arch, eager_attention=attn == "eager")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets else \
         default_lora_targets(arch)
     trainable = trainable_params(arch, method, lora_r=lora_r, lora_targets=targets, freeze_last=freeze_last,
@@ -261,6 +265,10 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                     + (", prefix width as peft computes it" if method == "ptuning" else "") + ")")
         if arch.unmodeled:
             counting += "; not modelled in the activations: " + "; ".join(arch.unmodeled)
+        if arch.eager_attention:
+            counting += ("; eager attention (the s x s scores are kept): "
+                         + ("--attn eager" if attn else "the installed transformers has no SDPA for this class; "
+                            "give --attn sdpa if the training machine's transformers runs it with SDPA"))
     elif is_local(model):
         from dsdoctor.meta_count import cached_meta_counts, transformers_knows
         from dsdoctor.models import unmodeled_keys
@@ -417,7 +425,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                  nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
                  deepspeed: str | None, gpu_mem: str | None, host_mem: float | None, compare: bool,
                  explicit: set[str], grad_accum: int = 1, gpu: str | None = None,
-                 gpu_cc: str | None = None, launch: str = "engine") -> Report:
+                 gpu_cc: str | None = None, launch: str = "engine", attn: str | None = None) -> Report:
     """The body of ``dsdoctor estimate`` (see the module docstring). Raises DsdoctorError on bad input."""
     from dsdoctor.checks import memory as mem
 
@@ -439,7 +447,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     setup, base_total, counting = build_setup(
         model, method, lora_r, lora_targets, freeze_last, prefix_tokens, lora_dropout, values["zero"],
         values["offload_optimizer"], values["offload_param"], hw.gpus_per_node, nodes, values["micro_batch"], seq_len,
-        grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"], launch=launch)
+        grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"], launch=launch, attn=attn)
     est = mem.estimate(setup)
     states = mem.model_state_bytes(setup)
     arch = setup.arch
@@ -689,10 +697,13 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 @click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
               help="The training loop: DeepSpeed's engine loop as the tutorials write it (its outputs keep the "
                    "logits through backward) or the HF Trainer (keeps only the loss).")
+@click.option("--attn", type=click.Choice(["sdpa", "eager", "flash"]), default=None,
+              help="The attention implementation the run uses (default: what the installed transformers picks for "
+                   "the model: SDPA where the class supports it, else eager, which keeps the s x s scores).")
 @report_command(inputs=("model", "deepspeed"))
 def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout, freeze_last,
              prefix_tokens, gpus, nodes, micro_batch, grad_accum, seq_len, grad_ckpt, precision, deepspeed, gpu, gpu_cc,
-             gpu_mem, host_mem, compare, launch) -> Report:
+             gpu_mem, host_mem, compare, launch, attn) -> Report:
     """Per-GPU memory of a DeepSpeed fine-tuning run: model states by ZeRO stage, activations, logits, buffers,
     allocator and CUDA context, against the GPU's memory; what fits, and the fastest setups that do."""
     ctx = click.get_current_context()
@@ -704,4 +715,4 @@ def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora
     return run_estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout,
                         freeze_last, prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision,
                         deepspeed, gpu_mem, host_mem, compare, explicit, grad_accum=grad_accum, gpu=gpu, gpu_cc=gpu_cc,
-                        launch=launch)
+                        launch=launch, attn=attn)
