@@ -302,7 +302,7 @@ def _realized(words: list[str], tmp: Path) -> list[str]:
     MODEL/PATH/M, a number for SEQ_LEN, per-rank logs for the globs."""
     out = []
     tmp.mkdir(parents=True, exist_ok=True)
-    for word in words:
+    for i, word in enumerate(words):
         if word in ("MODEL", "PATH", "M"):
             model = tmp / "model"
             model.mkdir(exist_ok=True)
@@ -313,7 +313,9 @@ def _realized(words: list[str], tmp: Path) -> list[str]:
         elif word.endswith(".json") or word.endswith(".yaml"):
             path = tmp / word.lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1}))
+            hf_args = i > 0 and words[i - 1] == "--hf-args"  # TrainingArguments there (check refuses a DS config)
+            path.write_text(json.dumps({"output_dir": "out", "per_device_train_batch_size": 1} if hf_args else
+                                       {"train_micro_batch_size_per_gpu": 1}))
             word = str(path)
         elif "*" in word:
             for log in ("DIR/rank0.log", "DIR/run/attempt_0/0/stdout.log"):
