@@ -44,8 +44,10 @@ def main() -> None:
     exe = shutil.which("dsdoctor")
     registry = []
     for name in REGISTRY:
-        registry += timed([exe, "estimate", "--model", name, "--method", "lora", "--gpu-mem", "80", "--compare",
-                           "--json", "-"], args.repeat)
+        # DeepSeek-V2's low-rank attention has no q/v pair and peft no default for it: name the targets
+        targets = ["--lora-targets", "q_proj,o_proj"] if REGISTRY[name][1]["model_type"] == "deepseek_v2" else []
+        registry += timed([exe, "estimate", "--model", name, "--method", "lora", *targets, "--gpu-mem", "80",
+                           "--compare", "--json", "-"], args.repeat)
     # full fine-tuning with no GPU given or seen: the common cards side by side, each with the search for the fastest
     # setup that fits it (every stage, offload, checkpointing and each micro batch that divides 16)
     searched = []
