@@ -690,3 +690,15 @@ def test_ptuning_gets_no_checkpointing_by_default_as_smoke_does():
     asked = CliRunner().invoke(cli, ["estimate", "--model", "chatglm3-6b", "--method", "ptuning", "--grad-ckpt",
                                      "--format", "json"])
     assert "MEM507" in [f["id"] for f in json.loads(asked.stdout)["findings"]]  # asked for: still an error
+
+
+def test_default_precision_is_not_the_users_error_on_a_v100(runner):
+    """Newcomer trial (issue 12's repeat): `estimate --gpu V100` without --precision got DS111 "--precision bf16 on
+    V100" and exit 1, blaming the user for our default. Without --precision it is fp16 there, with a note; an
+    explicit --precision bf16 is still DS111."""
+    data, code = run_json(runner, "--model", "qwen3-8b", "--gpu", "Tesla V100-SXM2-32GB", "--method", "lora")
+    assert code == 0 and "DS111" not in [f["id"] for f in data["findings"]]
+    assert any("precision fp16: V100 32GB (compute capability 7.0)" in n for n in data["result"]["notes"])
+    data, code = run_json(runner, "--model", "qwen3-8b", "--gpu", "Tesla V100-SXM2-32GB", "--method", "lora",
+                          "--precision", "bf16")
+    assert code == 1 and "DS111" in [f["id"] for f in data["findings"]]

@@ -247,3 +247,17 @@ def test_attn_names_the_attention_the_training_machine_runs():
     assert default["allocated_bytes"] - sdpa["allocated_bytes"] == quadratic + widened
     assert abs(sdpa["allocated_bytes"] / 2 ** 30 - 39.40) < 0.01 * 39.40
     assert "give --attn sdpa" in default["counting"]
+
+
+@pytest.mark.parametrize("spec, key", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"), ("llama-3.1-8b-instruct", "llama-3.1-8b"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"), ("google/gemma-2-9b-it", "gemma-2-9b"),
+    ("THUDM/glm-4-9b-chat-hf", "glm-4-9b-chat-hf"), ("glm-4-9b-hf", "glm-4-9b-chat-hf"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("mistral-7b-instruct-v0.3", None)])
+def test_post_trained_hub_names_resolve_to_their_base(spec, key):
+    """Newcomer trial: common hub names (Llama-3.1-8B-Instruct, Qwen3-30B-A3B-Instruct-2507) were refused. A
+    post-trained variant (-Instruct, -Chat, -it, -Base, a -YYMM date) has its base's shapes; Mistral-7B v0.3 is a
+    different model (a 32,768 vocabulary) and stays unknown."""
+    from dsdoctor.models import registry_key
+
+    assert registry_key(spec) == key

@@ -437,6 +437,11 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     hw = resolve_hardware(gpu_mem, gpus, gpu, gpu_cc)
     _grad_accum(values, hw.gpus_per_node * nodes, deepspeed, notes)
     from_config = values.pop("_from_config", [])
+    if hw.gpu is not None and not hw.gpu.bf16 and values["precision"] == "bf16" and "precision" not in explicit \
+            and "precision" not in from_config:  # our default must not be the user's error (DS111)
+        values["precision"] = "fp16"
+        notes.append(f"precision fp16: {hw.gpu.name} (compute capability {hw.gpu.capability[0]}."
+                     f"{hw.gpu.capability[1]}) has no native bf16, so the default bf16 is not assumed")
     extra = {k: values.pop(k) for k in list(values) if k in ("reduce_bucket_size", "overlap_comm",
                                                               "contiguous_gradients", "prefetch_bucket_size",
                                                               "max_live_parameters", "sub_group_size")}
@@ -659,7 +664,7 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 
 @click.command("estimate")
 @click.option("--model", required=True, metavar="NAME|PATH",
-              help="A registry name (chatglm-6b, qwen2.5-7b, llama-2-7b, ...: an unknown name lists them all) or a "
+              help="A registry name (chatglm-6b, qwen2.5-7b, llama-2-7b, ...: an unknown name lists the closest; README lists all) or a "
                    "local model directory / config.json.")
 @click.option("--zero", type=click.IntRange(0, 3), default=2, show_default=True, help="ZeRO stage.")
 @click.option("--offload-optimizer", type=click.Choice(["none", "cpu", "nvme"]), default="none", show_default=True)

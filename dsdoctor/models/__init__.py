@@ -15,6 +15,7 @@ config key changes no count; a local config.json with a key outside both sets (:
 from __future__ import annotations
 
 import difflib
+import re
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,18 @@ def registry_key(spec: str) -> str | None:
     """The registry name for ``spec`` (case-insensitive; ``THUDM/chatglm-6b`` and common aliases work)."""
     key = spec.strip().lower().rstrip("/").split("/")[-1]
     key = ALIASES.get(key, key)
-    return key if key in REGISTRY else None
+    if key in REGISTRY:
+        return key
+    # a post-trained variant has its base's shapes: Llama-3.1-8B-Instruct, Qwen3-30B-A3B-Instruct-2507, gemma-2-9b-it
+    base = key
+    while True:
+        stripped = re.sub(r"-(?:instruct|chat|it|base|\d{4})$", "", base)
+        if stripped == base:
+            break
+        base = ALIASES.get(stripped, stripped)
+        if base in REGISTRY:
+            return base
+    return None
 
 
 def is_local(spec: str) -> bool:
@@ -128,8 +140,8 @@ def resolve_arch(spec: str) -> Arch:
         looks_like_path = "/" in spec or spec.startswith((".", "~"))
         what = "no such directory or config.json, and not a known model name" if looks_like_path else \
             "unknown model name"
-        raise DsdoctorError(f"--model {spec}: {what}; {hint}{len(REGISTRY)} known names, as "
-                            f"README.md lists them (or give a local model directory with a config.json)")
+        raise DsdoctorError(f"--model {spec}: {what}; {hint}{len(REGISTRY)} known names are "
+                            f"in README.md (or give a local model directory with a config.json)")
     repo, config = REGISTRY[key]
     source = f"{repo} config.json (registry)"
     if is_analytic(config):
