@@ -90,7 +90,7 @@ def test_batch_assertion_recomputes_the_triple():
                           "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 1 * 7")
     assert findings[0].evidence == ("line 1: train_batch_size 32 != 4 x 1 x 7 (micro batch x gradient accumulation "
                                     "x world size); the config assumes world size 8")
-    assert "set it to 28" in findings[0].fix
+    assert "Set train_batch_size to 28 (4 x 1 x 7)" in findings[0].fix
 
 
 def test_stdin():

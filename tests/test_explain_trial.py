@@ -496,3 +496,15 @@ def test_the_real_oom_case_names_its_world_size():
     """The public report (THUDM/ChatGLM-6B issue 1212): the Hub id is the registry's chatglm-6b."""
     assert ("`dsdoctor estimate --model chatglm-6b --deepspeed ds.json --zero 2 --micro-batch 4 --grad-accum 1 "
             "--precision fp16 --gpus 2 --seq-len SEQ_LEN --gpu-mem 79.15`") in findings[0].fix
+
+
+def test_the_batch_assertion_fix_is_one_deepspeed_accepts():
+    """Newcomer trial (repeat): the first tutorial's config (train_batch_size 32, gradient_accumulation_steps 4, no
+    micro batch) launched on 3 GPUs; explain's fix said only "drop train_batch_size", which leaves a file DeepSpeed
+    refuses (check: DS104). The fix now leads with the triple that holds and says when dropping works."""
+    log = ("[rank0]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 2 * 4 * 3\n")
+    finding = next(f for f in explain(log)[0] if f.id == "DS102")
+    assert finding.fix.startswith("Set train_batch_size to 24 (2 x 4 x 3)")
+    assert '"train_micro_batch_size_per_gpu": 2' in finding.fix
+    assert "dropping it alone, with only gradient_accumulation_steps left, DeepSpeed refuses" in finding.fix

@@ -201,8 +201,10 @@ def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
     fixed = micro * acc * world
     return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
             f"accumulation x world size){note}",
-            f"Give two of the three and let DeepSpeed derive the third: drop train_batch_size (DeepSpeed then uses "
-            f"{fixed} on {world} rank(s)), or set it to {fixed}. `dsdoctor check ds_config.json --world-size "
+            f"Set train_batch_size to {fixed} ({micro} x {acc} x {world}); or let DeepSpeed derive it for any world "
+            f"size: replace train_batch_size by \"train_micro_batch_size_per_gpu\": {micro} (or, where the config "
+            f"already gives train_micro_batch_size_per_gpu, drop train_batch_size; dropping it alone, with only "
+            f"gradient_accumulation_steps left, DeepSpeed refuses). `dsdoctor check ds_config.json --world-size "
             f"{world}` checks it before launch.")
 
 
