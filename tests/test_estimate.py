@@ -574,12 +574,12 @@ def test_estimate_takes_the_gpu_by_name(runner):
     assert data["result"]["gpu"]["compute_capability"] == "8.0"
     assert "A100" in data["result"]["step_time_basis"]
     data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--gpu", "Tesla V100-SXM2-16GB",
-                       "--gpus", "1")
-    assert "DS111" in [f["id"] for f in data["findings"]]  # --precision bf16 on a 7.0 card
+                       "--gpus", "1", "--precision", "bf16")
+    assert "DS111" in [f["id"] for f in data["findings"]]  # --precision bf16 given on a 7.0 card
     result = runner.invoke(cli, ["estimate", "--model", "qwen2.5-7b", "--gpu", "A100"])
     assert result.exit_code == 2 and "40 GB or 80 GB" in result.stderr
     data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--gpu", "Foo", "--gpu-cc", "7.5",
-                       "--gpu-mem", "16", "--gpus", "1")
+                       "--gpu-mem", "16", "--gpus", "1", "--precision", "bf16")
     assert data["result"]["gpu"]["compute_capability"] == "7.5" and "DS111" in [f["id"] for f in data["findings"]]
     result = runner.invoke(cli, ["estimate", "--model", "qwen2.5-7b", "--gpu-cc", "7.5"])
     assert result.exit_code == 2 and "--gpu-cc goes with --gpu" in result.stderr
@@ -702,3 +702,28 @@ def test_default_precision_is_not_the_users_error_on_a_v100(runner):
     data, code = run_json(runner, "--model", "qwen3-8b", "--gpu", "Tesla V100-SXM2-32GB", "--method", "lora",
                           "--precision", "bf16")
     assert code == 1 and "DS111" in [f["id"] for f in data["findings"]]
+
+
+def test_flags_beside_a_deepspeed_file_are_used_and_said(runner, tmp_path):
+    """Newcomer trial (repeat): with the first tutorial's file (train_batch_size 32, gradient_accumulation_steps 4,
+    no micro batch) on 4 GPUs, `--grad-accum 2` was replaced by 1 and the micro batch became 8 (a setup neither the
+    file nor the flag describes), and `--zero 3` overrode the file silently. A flag now enters DeepSpeed's
+    derivation and the report says it replaced the file's value; a flag that makes a triple DeepSpeed refuses is
+    one line, exit 2."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_batch_size": 32, "gradient_accumulation_steps": 4,
+                                "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    base = ["--model", "qwen3-8b", "--method", "lora", "--deepspeed", str(path), "--gpus", "4", "--gpu-mem", "24"]
+    data, _ = run_json(runner, *base)
+    assert data["result"]["setup"]["micro_batch"] == 2 and data["result"]["setup"]["gradient_accumulation_steps"] == 4
+    data, _ = run_json(runner, *base, "--grad-accum", "2")
+    assert (data["result"]["setup"]["micro_batch"], data["result"]["setup"]["gradient_accumulation_steps"]) == (4, 2)
+    assert any("--grad-accum 2 (command line) instead of" in n for n in data["result"]["notes"])
+    assert any("micro batch 4: train_batch_size 32 / (gradient_accumulation_steps 2 x world size 4)" in n
+               for n in data["result"]["notes"])
+    data, _ = run_json(runner, *base, "--zero", "3")
+    assert data["result"]["setup"]["zero_stage"] == 3
+    assert any("--zero 3 (command line) instead of" in n for n in data["result"]["notes"])
+    result = runner.invoke(cli, ["estimate", *base, "--micro-batch", "4"])
+    assert result.exit_code == 2 and "DeepSpeed refuses that triple" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

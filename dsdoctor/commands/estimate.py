@@ -77,6 +77,10 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
 
     def use(option: str, value) -> None:
         if option in explicit:
+            if value != values[option]:  # the flag wins, and the report says so
+                notes.append(f"--{option.replace('_', '-')} {values[option]} (command line) instead of {path}'s "
+                             f"{value}: the estimate is for the flag, not for the file as written")
+                values.setdefault("_overridden", []).append(option)
             return
         values[option] = value
         values.setdefault("_from_config", []).append(option)
@@ -193,15 +197,23 @@ def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str
     from dsdoctor.checks.deepspeed_config import derive_batch
 
     from_config = values.get("_from_config", [])
-    micro = values["micro_batch"] if "micro_batch" in from_config else None
-    accum = values["grad_accum"] if "grad_accum" in from_config else None
+    flags = values.get("_explicit", set())
+    micro = values["micro_batch"] if "micro_batch" in from_config or "micro_batch" in flags else None
+    accum = values["grad_accum"] if "grad_accum" in from_config or "grad_accum" in flags else None
     train_, micro_, accum_, _how, error = derive_batch(train, micro, accum, world_size)
+    if error and flags & {"micro_batch", "grad_accum"}:
+        given = ", ".join(f"--{k.replace('_', '-')} {values[k]}" for k in ("micro_batch", "grad_accum") if k in flags)
+        raise DsdoctorError(f"{given} with {path}'s train_batch_size {train} on world size {world_size}: DeepSpeed "
+                            f"refuses that triple ({error}); drop the flag, or change the file")
     if error:
         notes.append(f"{path}: train_batch_size {train} does not hold on world size {world_size} ({error}); "
                      f"dsdoctor check {path} --world-size {world_size} explains it")
         return
     if micro is None and micro_:
         values["micro_batch"] = micro_
+        if accum is not None:
+            notes.append(f"micro batch {micro_}: train_batch_size {train_} / (gradient_accumulation_steps {accum_} x "
+                         f"world size {world_size}), as DeepSpeed derives it")
     if accum is None and accum_:
         values["grad_accum"] = accum_
         notes.append(f"gradient_accumulation_steps {accum_}: train_batch_size {train_} / (micro batch "
@@ -435,7 +447,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     if deepspeed:
         values = _from_deepspeed(deepspeed, explicit, values, notes)
     hw = resolve_hardware(gpu_mem, gpus, gpu, gpu_cc)
+    values["_explicit"] = set(explicit)
     _grad_accum(values, hw.gpus_per_node * nodes, deepspeed, notes)
+    values.pop("_explicit", None)
+    values.pop("_overridden", None)
     from_config = values.pop("_from_config", [])
     if hw.gpu is not None and not hw.gpu.bf16 and values["precision"] == "bf16" and "precision" not in explicit \
             and "precision" not in from_config:  # our default must not be the user's error (DS111)
