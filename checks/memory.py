@@ -505,11 +505,12 @@ def step_time(setup: Setup, rates: Rates = Rates()) -> dict[str, float]:
     micro_steps = max(1, setup.grad_accum)
     tokens = setup.micro_batch * setup.seq_len * micro_steps
     psi, psi_t = setup.total_params, setup.trainable_params
+    active = psi - (arch.total_params - arch.active_params)  # a mixture of experts runs top_k of E per token
     w = setup.weight_bytes
     attention = 12 * arch.num_layers * arch.hidden_size * setup.seq_len
     flops_per_s = rates.gpu_flops * rates.mfu * (0.5 if setup.precision == "fp32" else 1.0)
-    compute = tokens * (4 * psi + 2 * psi_t + attention) / flops_per_s
-    recompute = tokens * (2 * psi + attention / 3) / flops_per_s if setup.grad_ckpt else 0.0
+    compute = tokens * (4 * active + 2 * min(psi_t, active) + attention) / flops_per_s
+    recompute = tokens * (2 * active + attention / 3) / flops_per_s if setup.grad_ckpt else 0.0
     share = (n - 1) / n
     bus = rates.intra_node_bus_bytes_per_s if setup.nodes == 1 else rates.inter_node_bus_bytes_per_s
     grads, weights = w * psi_t, w * psi

@@ -261,3 +261,21 @@ def test_post_trained_hub_names_resolve_to_their_base(spec, key):
     from dsdoctor.models import registry_key
 
     assert registry_key(spec) == key
+
+
+def test_moe_step_time_follows_the_active_parameters():
+    """Newcomer trial (repeat): Qwen3-30B-A3B's compute time was 3.6 x Qwen3-8B's although a token runs about 3.3 B
+    of its parameters. The active counts equal the published ones (Qwen3-30B-A3B 3.3 B, Mixtral-8x7B 12.9 B,
+    Qwen1.5-MoE-A2.7B 2.7 B), and the step's FLOPs follow them."""
+    assert round(resolve_arch("qwen3-30b-a3b").active_params / 1e9, 1) == 3.4  # 3,353,032,704
+    assert round(resolve_arch("mixtral-8x7b").active_params / 1e9, 1) == 12.9
+    assert round(resolve_arch("qwen1.5-moe-a2.7b").active_params / 1e9, 1) == 2.7
+    assert resolve_arch("qwen3-8b").active_params == resolve_arch("qwen3-8b").total_params
+
+    def compute(name):
+        arch = resolve_arch(name)
+        setup = mem.Setup(arch=arch, total_params=arch.total_params, trainable_params=arch.total_params,
+                          method="full", zero_stage=3, gpus=8, micro_batch=1, seq_len=1024)
+        return mem.step_time(setup, mem.Rates(gpu_flops=989e12))["compute"]
+
+    assert compute("qwen3-30b-a3b") < 0.6 * compute("qwen3-8b")

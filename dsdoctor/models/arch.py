@@ -79,6 +79,7 @@ class Arch:
     expert_intermediate: int = 0
     expert_gated: bool = True
     moe_params_per_layer: int = 0
+    expert_params_total: int = 0  # every layer's expert weights: a token runs top_k / experts of them
     exact_total: int | None = None
     embedding_override: int | None = None
     lm_head_override: int | None = None
@@ -132,6 +133,15 @@ class Arch:
         experts."""
         return max([self.embedding_params, self.lm_head_params, self.moe_params_per_layer]
                    + [lin.params for lin in self.linears])
+
+    @property
+    def active_params(self) -> int:
+        """Parameters a token runs through: all but the experts it is not routed to (top_k of E experts in each
+        mixture-of-experts layer: Qwen3-30B-A3B's 30.5 B hold about 3.3 B active). The FLOPs of a step follow these,
+        the memory of the weights all of them."""
+        if not self.experts or not self.top_k:
+            return self.total_params
+        return self.total_params - int(self.expert_params_total * (1 - self.top_k / self.experts))
 
     @property
     def moe(self) -> bool:

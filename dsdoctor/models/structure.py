@@ -560,6 +560,7 @@ def arch_from_structure(desc: dict, name: str, source: str, config: dict | None 
         experts=experts["count"] if experts else 0, top_k=desc.get("top_k") or 0 if experts else 0,
         expert_intermediate=experts["width"] if experts else 0, expert_gated=experts["gated"] if experts else True,
         moe_params_per_layer=(sum(e["params"] for e in main["experts"]) + main["router"] + main["other"]),
+        expert_params_total=sum(e["params"] for i in desc["layers"] for e in kinds[i]["experts"]),
         exact_total=desc["total_params"], layer_kinds=layer_kinds,
         layer_params_each=tuple(kinds[i]["params"] for i in desc["layers"]),
         eager_attention=not desc["sdpa"], attn_softcap=desc.get("attn_softcap") is not None,
