@@ -279,3 +279,20 @@ def test_moe_step_time_follows_the_active_parameters():
         return mem.step_time(setup, mem.Rates(gpu_flops=989e12))["compute"]
 
     assert compute("qwen3-30b-a3b") < 0.6 * compute("qwen3-8b")
+
+
+def test_fallback_lora_targets_are_named():
+    """Newcomer trial (repeat): peft 0.21 has no default LoRA targets for glm, phi3 or qwen3_moe; estimate silently
+    used q_proj,v_proj (qkv_proj for Phi-3). The report now names the fallback; with peft's own default it says
+    nothing."""
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    def counting(model):
+        out = CliRunner().invoke(cli, ["estimate", "--model", model, "--method", "lora", "--gpus", "1",
+                                       "--gpu-mem", "80", "--json", "-"]).stdout
+        return json.loads(out)["result"]["counting"]
+
+    assert "LoRA targets q_proj,v_proj: peft has no default for glm" in counting("glm-4-9b-hf")
+    assert "LoRA targets" not in counting("qwen3-8b")  # peft's table has qwen3

@@ -299,6 +299,10 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                         if unmodeled else "")
         else:
             counting = f"analytic: transformers has no {arch.model_type!r} architecture (remote code is never run)"
+    if method == "lora" and not lora_targets and arch.family == "transformers" and not arch.lora_default:
+        counting += (f"; LoRA targets {','.join(targets)}: peft has no default for {arch.model_type} (a LoraConfig "
+                     f"without target_modules raises there), so these are the reference trainer's fallback; give "
+                     f"--lora-targets as your LoraConfig has them")
     added = trainable if method in ("lora", "ptuning") else 0
     setup = Setup(arch=arch, total_params=total + added, trainable_params=trainable, method=method, zero_stage=zero,
                   offload_optimizer=offload_optimizer, offload_param=offload_param, gpus=gpus, nodes=nodes,
@@ -687,7 +691,9 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 @click.option("--method", type=click.Choice(["full", "lora", "freeze", "ptuning"]), default="full",
               show_default=True)
 @click.option("--lora-r", type=Count(1, 65536), default=8, show_default=True)
-@click.option("--lora-targets", default=None, help="Comma-separated module names (default: peft's for the model).")
+@click.option("--lora-targets", default=None,
+              help="Comma-separated module names (default: peft's for the model type, else the attention "
+                   "projections the reference trainer falls back to, which the report then names).")
 @click.option("--lora-dropout", type=FiniteFloat(min=0, max=1), default=0.05, show_default=True)
 @click.option("--freeze-last", type=Count(0, 100_000), default=2, show_default=True,
               help="freeze: the last N layers train.")
