@@ -508,3 +508,30 @@ def test_the_batch_assertion_fix_is_one_deepspeed_accepts():
     assert finding.fix.startswith("Set train_batch_size to 24 (2 x 4 x 3)")
     assert '"train_micro_batch_size_per_gpu": 2' in finding.fix
     assert "dropping it alone, with only gradient_accumulation_steps left, DeepSpeed refuses" in finding.fix
+
+
+def test_torch_glog_month_is_not_padded(tmp_path):
+    """Newcomer trial (repeat): torch prints glog timestamps with an unpadded month ('[E314 12:30:15.552107' is
+    March 14); they were not read, so rank 0's watchdog timeout at 12:30 sorted before rank 1's KeyError at 12:05
+    and explain sent the user to the network for a data bug."""
+    from dsdoctor.checks.logs.lines import clock
+
+    assert clock("[E314 12:30:15.552107 ProcessGroupNCCL.cpp:616]") > clock("[2025-03-14 12:05:00,000] [INFO]")
+    assert clock("[E1201 08:39:16.920000 x]") > clock("[E1130 08:39:16.920000 x]")
+    (tmp_path / "rank0.log").write_text(
+        "[2025-03-14 12:00:10,000] [INFO] [comm.py:683:init_distributed] Initializing TorchBackend in DeepSpeed "
+        "with backend nccl\n[rank0]:[E314 12:30:15.552107 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=812, OpType=ALLREDUCE, NumelIn=500000000, "
+        "NumelOut=500000000, Timeout(ms)=1800000) ran for 1800012 milliseconds before timing out.\n")
+    (tmp_path / "rank1.log").write_text(
+        "[2025-03-14 12:05:00,000] [INFO] [engine.py:1:step] step 5\nTraceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 80, in <module>\nKeyError: \'instruction\'\n')
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    out = CliRunner().invoke(cli, ["explain", str(tmp_path / "rank0.log"), str(tmp_path / "rank1.log"),
+                                   "--json", "-"]).stdout
+    findings = json.loads(out)["findings"]
+    assert findings[0]["id"] == "LOG805" and "KeyError" in findings[0]["evidence"]
+    assert [f["id"] for f in findings][1] == "LOG801" and findings[1]["severity"] == "info"

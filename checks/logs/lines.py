@@ -96,8 +96,8 @@ HOST_FOLLOWER = re.compile(r"\[\d{4}-\d\d-\d\d|\[(?:rank|default)\d{1,6}\]|\d{4}
 #: Lines that show a rank still training after an error (a handled exception): progress bars, step logs, losses.
 PROGRESS = re.compile(r"(?<!\d)\d{1,3}%\||'loss': \d|\bstep[= ]\d|(?<![\d.])\d{1,8}(?:\.\d{1,4})?(?:it/s|s/it)\]")
 #: a timestamp: DeepSpeed's and Python logging's '2024-01-01 10:00:00,000', glog's (torch's C++ and torchrun's)
-#: 'W1201 08:39:16.920000'
-CLOCK = re.compile(r"(?<!\d)(?:\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[ T]|[IWEF](?P<gmo>\d\d)(?P<gd>\d\d) )"
+#: 'W1201 08:39:16.920000', whose month torch does not pad: 'E314 12:30:15.552107' is March 14
+CLOCK = re.compile(r"(?<!\d)(?:\d{4}-(?P<mo>\d\d)-(?P<d>\d\d)[ T]|[IWEF](?P<gmo>1[0-2]|0?[1-9])(?P<gd>[0-3]\d) )"
                    r"(?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?")
 
 
