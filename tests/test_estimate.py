@@ -727,3 +727,12 @@ def test_flags_beside_a_deepspeed_file_are_used_and_said(runner, tmp_path):
     result = runner.invoke(cli, ["estimate", *base, "--micro-batch", "4"])
     assert result.exit_code == 2 and "DeepSpeed refuses that triple" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["1e12", "0", "-3", "nan", "inf"])
+def test_gpu_mem_out_of_range_says_the_range(runner, value):
+    """Newcomer trial (repeat): `--gpu-mem 1e12` said "must be a positive number of GiB" of a positive number."""
+    result = runner.invoke(cli, ["estimate", "--model", "qwen3-8b", "--gpu-mem", value])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"dsdoctor: error: --gpu-mem must be a number of GiB above 0 and below 100,000 (a GPU's memory), got {value}"]

@@ -347,7 +347,8 @@ def resolve_hardware(gpu_mem: str | None, gpus: int | None, gpu: str | None, gpu
         except ValueError:
             raise DsdoctorError(f"--gpu-mem must be a number of GiB or auto, got {_short(gpu_mem)!r}") from None
         if not 0 < value < 100_000:  # also refuses nan and inf
-            raise DsdoctorError(f"--gpu-mem must be a positive number of GiB, got {_short(gpu_mem)}")
+            raise DsdoctorError(f"--gpu-mem must be a number of GiB above 0 and below 100,000 (a GPU's memory), "
+                                f"got {_short(gpu_mem)}")
         memory, source = int(value * GIB), f"--gpu-mem {gpu_mem} GiB"
     elif named is not None:
         if gpu_mem == "auto":
