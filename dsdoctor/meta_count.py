@@ -23,23 +23,14 @@ from pathlib import Path
 from dsdoctor.report import DsdoctorError
 
 
-def _cache_path() -> Path:
+def disk_cached(name: str, parts: list, compute, valid):
+    """``compute()``, remembered in ``$XDG_CACHE_HOME/dsdoctor/<name>`` (one JSON object) under the SHA-256 of
+    ``parts`` (sorted JSON): for what costs the 4.5 s import of transformers' modeling code once per config.json.
+    A hit is returned when ``valid(hit)``; an unreadable or unwritable cache is ignored (the value is computed), and
+    it is replaced atomically, so two processes never leave it half written."""
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dsdoctor" / "param-counts.json"
-
-
-def cached_meta_counts(config: dict, method: str, **kw) -> tuple[int, int]:
-    """:func:`meta_counts`, remembered per (config.json content, transformers version, method and its options) in
-    ``$XDG_CACHE_HOME/dsdoctor/param-counts.json``: importing transformers' modeling code alone takes about 4.5 s
-    on a 2-core machine, the arithmetic after it 0.1 s. An unreadable or unwritable cache is ignored."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        tf_version = version("transformers")
-    except PackageNotFoundError:
-        tf_version = "?"
-    key = hashlib.sha256(json.dumps([config, method, kw, tf_version], sort_keys=True, default=str).encode()).hexdigest()
-    path = _cache_path()
+    path = Path(base) / "dsdoctor" / name
     try:
         cache = json.loads(path.read_text())
         if not isinstance(cache, dict):
@@ -47,10 +38,10 @@ def cached_meta_counts(config: dict, method: str, **kw) -> tuple[int, int]:
     except (OSError, ValueError):
         cache = {}
     hit = cache.get(key)
-    if isinstance(hit, list) and len(hit) == 2 and all(isinstance(x, int) for x in hit):
-        return hit[0], hit[1]
-    counts = meta_counts(config, method, **kw)
-    cache[key] = list(counts)
+    if hit is not None and valid(hit):
+        return hit
+    value = compute()
+    cache[key] = value
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -58,7 +49,30 @@ def cached_meta_counts(config: dict, method: str, **kw) -> tuple[int, int]:
         os.replace(tmp, path)
     except OSError:
         pass
-    return counts
+    return value
+
+
+def versions(*names: str) -> list[str]:
+    """The installed versions of ``names`` ("?" for one not installed), read from package metadata (no import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in names:
+        try:
+            out.append(version(name))
+        except PackageNotFoundError:
+            out.append("?")
+    return out
+
+
+def cached_meta_counts(config: dict, method: str, **kw) -> tuple[int, int]:
+    """:func:`meta_counts`, remembered per (config.json content, transformers version, method and its options) in
+    ``$XDG_CACHE_HOME/dsdoctor/param-counts.json`` (:func:`disk_cached`): importing transformers' modeling code alone
+    takes about 4.5 s on a 2-core machine, the arithmetic after it 0.1 s."""
+    counts = disk_cached("param-counts.json", [config, method, kw, versions("transformers")[0]],
+                         lambda: list(meta_counts(config, method, **kw)),
+                         lambda hit: isinstance(hit, list) and len(hit) == 2 and all(isinstance(x, int) for x in hit))
+    return counts[0], counts[1]
 
 
 def transformers_knows(model_type: str) -> bool:

@@ -35,12 +35,11 @@ code runs: a ``model_type`` transformers does not know is refused here, and left
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from collections import Counter
 from pathlib import Path
 
+from dsdoctor.models.analytic import _DTYPES
 from dsdoctor.models.arch import Arch, Linear
 from dsdoctor.report import DsdoctorError
 
@@ -56,54 +55,23 @@ _TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "top_k")
 
 
 def _versions() -> tuple[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
+    from dsdoctor.meta_count import versions
 
-    out = []
-    for name in ("transformers", "peft"):
-        try:
-            out.append(version(name))
-        except PackageNotFoundError:
-            out.append("?")
-    return out[0], out[1]
-
-
-def _cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dsdoctor" / "structures.json"
-
-
-def config_key(config: dict) -> str:
-    """The cache key of a config.json: its content (sorted JSON), the transformers and peft versions, the format."""
-    return hashlib.sha256(json.dumps([config, _versions(), FORMAT], sort_keys=True, default=str).encode()).hexdigest()
+    transformers, peft = versions("transformers", "peft")
+    return transformers, peft
 
 
 def cached_structure(config: dict) -> dict:
-    """:func:`describe` of the model ``config`` builds, remembered on disk (see the module docstring); building it
-    takes about 4 s cold (importing transformers' modeling code) and the cache read a few milliseconds. An
-    unreadable or unwritable cache is ignored.
+    """:func:`describe` of the model ``config`` builds, remembered per (config.json, transformers, peft, format) in
+    ``$XDG_CACHE_HOME/dsdoctor/structures.json`` (:func:`dsdoctor.meta_count.disk_cached`): building it takes about
+    4 s cold (importing transformers' modeling code), the cache read a few milliseconds.
 
     Raises:
         DsdoctorError: transformers cannot build this config (see :func:`build_meta`)."""
-    key = config_key(config)
-    path = _cache_path()
-    try:
-        cache = json.loads(path.read_text())
-        cache = cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        cache = {}
-    hit = cache.get(key)
-    if isinstance(hit, dict) and hit.get("format") == FORMAT:
-        return hit
-    desc = describe_config(config)
-    cache[key] = desc
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return desc
+    from dsdoctor.meta_count import disk_cached
+
+    return disk_cached("structures.json", [config, _versions(), FORMAT], lambda: describe_config(config),
+                       lambda hit: isinstance(hit, dict) and hit.get("format") == FORMAT)
 
 
 def build_meta(config: dict):
@@ -375,7 +343,6 @@ def describe(model, hf_config) -> dict:
     ``head_dim``, ``vocab_size``, ``layers`` (the kind index of each decoder layer), ``kinds`` (a list of
     :func:`_describe_layer` dicts), ``top_k``, ``sdpa`` (bool), ``final_softcap``, ``attn_softcap``,
     ``sliding_window``, ``max_positions``, ``prefix_token_dim``, ``lora_default``, ``versions``, ``format``."""
-    import torch
 
     model_type = hf_config.model_type
     if hasattr(hf_config, "get_text_config"):  # a multimodal config: the language model's sizes
@@ -438,7 +405,6 @@ def describe(model, hf_config) -> dict:
         "prefix_token_dim": prefix_token_dim, "lora_default": lora_default,
         "dtype": str(getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None) or "")
         .replace("torch.", ""),
-        "torch_module_list": isinstance(layers, torch.nn.ModuleList),
     }
 
 
@@ -497,9 +463,6 @@ def _prefix_token_dim(hf_config) -> int | None:
         return None
 
 
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
-
-
 def arch_from_structure(desc: dict, name: str, source: str, config: dict | None = None) -> Arch:
     """The :class:`Arch` of a structure (:func:`describe`): the most common decoder layer kind gives the shapes the
     activation formulas read; the exact total, each layer's parameters and each kind's linears are kept for the
@@ -552,12 +515,12 @@ def arch_from_structure(desc: dict, name: str, source: str, config: dict | None 
         name=name, source=source, model_type=desc["model_type"], family="transformers", hidden_size=hidden,
         num_layers=len(desc["layers"]), num_heads=heads, kv_dim=kv_dim,
         intermediate_size=dense_width, vocab_size=desc["vocab_size"], tied=desc["tied"],
-        dtype=_DTYPES.get(desc.get("dtype") or "", ""), max_positions=desc.get("max_positions"),
+        dtype=_DTYPES.get((desc.get("dtype") or "").lower(), ""), max_positions=desc.get("max_positions"),
         linears=linears, norm_params_per_layer=sum(n["params"] for n in norm_list),
         final_norm_params=desc["final_norm_params"], lm_head_bias=desc["lm_head_bias"], mlp_gated=gated,
         layer_norm=layer_norm, config=dict(config or {}),
         q_dim=q_dim, norm_widths=tuple(n["width"] for n in norm_list),
-        experts=experts["count"] if experts else 0, top_k=desc.get("top_k") or 0 if experts else 0,
+        experts=experts["count"] if experts else 0, top_k=(desc.get("top_k") or 0) if experts else 0,
         expert_intermediate=experts["width"] if experts else 0, expert_gated=experts["gated"] if experts else True,
         moe_params_per_layer=(sum(e["params"] for e in main["experts"]) + main["router"] + main["other"]),
         expert_params_total=sum(e["params"] for i in desc["layers"] for e in kinds[i]["experts"]),
