@@ -72,15 +72,11 @@ class NvmlPoller:
 
 
 def ds_config(point: dict) -> dict:
-    zero: dict = {"stage": point["zero"]}
-    if point.get("offload_optimizer", "none") != "none":
-        zero["offload_optimizer"] = {"device": point["offload_optimizer"], "pin_memory": True}
-    if point.get("offload_param", "none") != "none":
-        zero["offload_param"] = {"device": point["offload_param"], "pin_memory": True}
-    return {"train_micro_batch_size_per_gpu": point["micro_batch"], "gradient_accumulation_steps": 1,
-            "zero_optimization": zero, "gradient_clipping": 1.0, "steps_per_print": 1000,
-            "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "weight_decay": 0.0}},
-            "bf16": {"enabled": True}}
+    """The DeepSpeed config of a point: the calibration grid's own (``memory_accuracy.ds_config``), so both grids
+    measure one config."""
+    from memory_accuracy import ds_config as grid_config
+
+    return grid_config(point)
 
 
 def build(point: dict, torch):
@@ -235,18 +231,9 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
               f"alloc={(r.get('max_allocated') or 0) / GIB:.2f} GiB peak@{r.get('peak_phase')}", flush=True)
 
 
-#: What the GPU machine's transformers (5.17.0) ran where it differs from the one dsdoctor reads here (5.24): its
-#: Gemma2 class has ``_supports_sdpa = True`` (softcapping dropped), 5.24's False (eager attention).
+#: What the GPU machine's transformers (5.17.0) ran where it differs from the one dsdoctor reads here (5.24), by
+#: model type: its Gemma2 class has ``_supports_sdpa = True`` (softcapping dropped), 5.24's False (eager attention).
 RAN_SDPA = {"gemma2": "sdpa"}
-
-
-def _types() -> dict:
-    from dsdoctor.models import REGISTRY
-
-    return {name: config.get("model_type") for name, (_, config) in REGISTRY.items()}
-
-
-REGISTRY_TYPES: dict = {}
 
 
 def predict(point: dict):
@@ -254,14 +241,14 @@ def predict(point: dict):
     point's loop; and DeepSpeed's and accelerate's estimators."""
     from dsdoctor.checks.memory import accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
     from dsdoctor.commands.estimate import build_setup
+    from dsdoctor.models import REGISTRY
 
-    REGISTRY_TYPES.update(REGISTRY_TYPES or _types())
     setup, _, _ = build_setup(
         point["model"], point["method"], point.get("lora_r", 8), ",".join(point.get("lora_targets") or []) or None,
         point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
         point["seq_len"], point.get("grad_ckpt", True), "bf16", launch=point.get("loop", "engine"),
-        attn=point.get("attn") or RAN_SDPA.get(REGISTRY_TYPES.get(point["model"])))
+        attn=point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"]))
     return estimate(setup), deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 
 
