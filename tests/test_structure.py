@@ -40,8 +40,11 @@ def test_the_issue_list_is_in_the_registry():
               "gemma-2-27b", "gemma-3-1b", "gemma-3-4b", "gemma-3-12b", "gemma-3-27b", "glm-4-9b-hf", "phi-3-mini",
               "phi-4-mini", "mistral-nemo-12b", "deepseek-r1-distill-qwen-7b", "deepseek-r1-distill-qwen-14b",
               "deepseek-r1-distill-llama-8b", "yi-1.5-9b", "internlm2.5-7b"}
+    from dsdoctor.models import registry_key
+
     for name in wanted:
-        assert resolve_arch(name) is not None, name
+        assert registry_key(name) in REGISTRY, name
+        assert resolve_arch(name).total_params > 5e8, name
     with pytest.raises(DsdoctorError, match="did you mean qwen3-8b"):
         resolve_arch("qwen3-8")
 
@@ -187,7 +190,6 @@ def test_eager_attention_of_gemma2_is_quadratic_in_the_sequence():
 def test_norms_are_read_off_the_modules():
     assert resolve_arch("gemma-2-9b").norm_widths == (3584,) * 4  # pre/post attention and feed-forward norms
     assert resolve_arch("qwen3-8b").norm_widths == (32 * 128, 8 * 128, 4096, 4096)  # per-head q/k norms
-    assert resolve_arch("phi-3-mini").linears[0].role in ("attn_in", "attn_out")
     assert {lin.name: lin.role for lin in resolve_arch("phi-3-mini").linears} == {
         "o_proj": "attn_out", "qkv_proj": "attn_in", "gate_up_proj": "mlp_in", "down_proj": "mlp_out"}
 

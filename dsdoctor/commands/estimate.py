@@ -551,9 +551,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     if est.terms["logits_and_loss"] > est.total / 3:
         report.add(mem.MEM506.finding(f"logits {gib(est.terms['logits_and_loss'])} of {gib(est.total)} GiB "
                                       f"(vocabulary {arch.vocab_size:,})"))
-    if mem.held_logits_bytes(setup) > GIB:
+    if est.terms["held_logits"] > GIB:
         report.add(mem.MEM509.finding(
-            f"held logits {gib(mem.held_logits_bytes(setup))} GiB per GPU: micro batch {setup.micro_batch} x seq "
+            f"held logits {gib(est.terms['held_logits'])} GiB per GPU: micro batch {setup.micro_batch} x seq "
             f"{setup.seq_len} x vocabulary {arch.vocab_size:,} x {2 if setup.precision != 'fp32' else 4} bytes "
             f"(--launch engine)"))
     if method == "ptuning" and setup.grad_ckpt:
