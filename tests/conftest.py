@@ -11,3 +11,29 @@ import signal
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _reap_what_the_test_started(request):
+    """After a test that used ``tmp_path``, SIGTERM every process whose command line names that directory (a smoke or
+    nccl the test launched), so that a test that fails on a timeout leaves nothing training behind it: one that did
+    (a Ctrl-C test whose SIGINT was ignored) kept torchrun and two ranks busy for 30 minutes here. dsdoctor stops its
+    ranks on SIGTERM. A test that passes has already asserted that nothing is left; this only cleans up failures."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp = str(request.getfixturevalue("tmp_path")).encode()  # the test asked for it: the same directory
+    yield
+    for pid in filter(str.isdecimal, os.listdir("/proc")):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if tmp in f.read():
+                    os.kill(int(pid), signal.SIGTERM)
+        except OSError:
+            pass
