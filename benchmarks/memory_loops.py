@@ -6,6 +6,8 @@ freeze of the last layers, full), and trains 3 steps on random tokens in one of 
 
 - ``engine``: the tutorials' DeepSpeed loop exactly: ``outputs = engine(input_ids=ids, labels=ids);
   engine.backward(outputs.loss); engine.step()`` (``outputs`` lives until the next forward has returned);
+- ``engine-loss``: the same loop keeping only the loss, as MEM509's fix writes it and as dsdoctor's reference
+  trainer does: ``loss = engine(input_ids=ids, labels=ids).loss``;
 - ``trainer``: ``transformers.Trainer`` with ``TrainingArguments(deepspeed=<the same config dict>)``.
 
 Measured, over the whole run (build and ``initialize`` included):
@@ -126,10 +128,12 @@ def run_point(point: dict, out_dir: Path) -> dict:
     record: dict = {"point": point, "oom": False, "nvml_baseline": poller.baseline}
     phase = {"name": "build"}
     peaks: list[tuple[int, str]] = []
+    reserved: list[tuple[int, str]] = []
 
     def mark(name: str) -> None:
         torch.cuda.synchronize()
         peaks.append((torch.cuda.max_memory_allocated(), phase["name"]))
+        reserved.append((torch.cuda.max_memory_reserved(), phase["name"]))
         phase["name"] = name
 
     t0 = time.time()
@@ -140,7 +144,7 @@ def run_point(point: dict, out_dir: Path) -> dict:
         mark("initialize")
         b, s = point["micro_batch"], point["seq_len"]
         generator = torch.Generator().manual_seed(0)
-        if point.get("loop", "engine") == "engine":
+        if point.get("loop", "engine") in ("engine", "engine-loss"):
             import deepspeed
 
             trainable = [p for p in model.parameters() if p.requires_grad]
@@ -150,12 +154,16 @@ def run_point(point: dict, out_dir: Path) -> dict:
             for step in range(3):
                 ids = torch.randint(0, config.vocab_size, (b, s), generator=generator).to(engine.device)
                 mark(f"step{step + 1}:forward")
-                outputs = engine(input_ids=ids, labels=ids)  # the tutorial keeps `outputs` to the next forward
+                if point.get("loop", "engine") == "engine":
+                    outputs = engine(input_ids=ids, labels=ids)  # the tutorial keeps `outputs` to the next forward
+                    loss = outputs.loss
+                else:
+                    loss = engine(input_ids=ids, labels=ids).loss
                 mark(f"step{step + 1}:backward")
-                engine.backward(outputs.loss)
+                engine.backward(loss)
                 mark(f"step{step + 1}:step")
                 engine.step()
-                losses.append(float(outputs.loss.detach()))
+                losses.append(float(loss.detach()))
             mark("done")
         else:
             from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -196,6 +204,10 @@ def run_point(point: dict, out_dir: Path) -> dict:
     record["max_reserved"] = torch.cuda.max_memory_reserved()
     record["peak_phase"] = max(peaks)[1] if peaks else phase["name"]
     record["phase_peaks"] = [[p, n] for p, n in peaks]
+    record["phase_reserved"] = [[p, n] for p, n in reserved]
+    import resource
+
+    record["host_max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     record["gpu_total"] = torch.cuda.get_device_properties(0).total_memory
     record["gpu"] = torch.cuda.get_device_name(0)
     (out_dir / f"{point['name']}.json").write_text(json.dumps(record, indent=1))
