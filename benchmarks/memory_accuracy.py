@@ -205,11 +205,10 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
               f"alloc={(result.get('peak_allocated') or 0) / GIB:.2f} GiB", flush=True)
 
 
-def predict(point: dict, cal=None):
-    """dsdoctor's estimate for a grid point (1 GPU, one node), through ``dsdoctor estimate``'s own ``build_setup``.
-    The harness keeps only the loss (``loss = engine(...).loss``), as the Trainer does: ``launch="trainer"``, unless
-    the point records its loop."""
-    from dsdoctor.checks.memory import CALIBRATION, accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
+def setup_of(point: dict):
+    """The Setup ``dsdoctor estimate`` builds for a grid point (1 GPU, one node), through its own ``build_setup``.
+    The harness keeps only the loss (``loss = engine(...).loss``): ``launch="engine-loss"``, unless the point
+    records its loop."""
     from dsdoctor.commands.estimate import build_setup
 
     setup, _, _ = build_setup(
@@ -217,7 +216,15 @@ def predict(point: dict, cal=None):
         point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
         point["seq_len"], point.get("grad_ckpt", True), point.get("precision", "bf16"),
-        launch=point.get("launch", "trainer"))
+        launch=point.get("launch", "engine-loss"))
+    return setup
+
+
+def predict(point: dict, cal=None):
+    """dsdoctor's estimate for a grid point (:func:`setup_of`), and DeepSpeed's and accelerate's estimators."""
+    from dsdoctor.checks.memory import CALIBRATION, accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
+
+    setup = setup_of(point)
     est = estimate(setup, cal or CALIBRATION)
     return est, deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 

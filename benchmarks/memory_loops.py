@@ -248,10 +248,9 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
 RAN_SDPA = {"gemma2": "sdpa"}
 
 
-def predict(point: dict):
-    """dsdoctor's estimate of a point (one GPU), through ``dsdoctor estimate``'s own ``build_setup``, for the
-    point's loop; and DeepSpeed's and accelerate's estimators."""
-    from dsdoctor.checks.memory import accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
+def setup_of(point: dict):
+    """The Setup ``dsdoctor estimate`` builds for a point (one GPU), through its own ``build_setup``, for the
+    point's loop (``--launch``) and the attention the GPU machine's transformers ran (:data:`RAN_SDPA`)."""
     from dsdoctor.commands.estimate import build_setup
     from dsdoctor.models import REGISTRY
 
@@ -261,6 +260,14 @@ def predict(point: dict):
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
         point["seq_len"], point.get("grad_ckpt", True), "bf16", launch=point.get("loop", "engine"),
         attn=point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"]))
+    return setup
+
+
+def predict(point: dict):
+    """dsdoctor's estimate of a point (:func:`setup_of`), and DeepSpeed's and accelerate's estimators."""
+    from dsdoctor.checks.memory import accelerate_estimator_bytes, deepspeed_estimator_bytes, estimate
+
+    setup = setup_of(point)
     return estimate(setup), deepspeed_estimator_bytes(setup), accelerate_estimator_bytes(setup)
 
 

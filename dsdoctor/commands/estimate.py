@@ -172,7 +172,8 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
     for key, option in (("reduce_bucket_size", "reduce_bucket_size"), ("overlap_comm", "overlap_comm"),
                         ("contiguous_gradients", "contiguous_gradients"),
                         ("stage3_prefetch_bucket_size", "prefetch_bucket_size"),
-                        ("stage3_max_live_parameters", "max_live_parameters"), ("sub_group_size", "sub_group_size")):
+                        ("stage3_max_live_parameters", "max_live_parameters"),
+                        ("stage3_max_reuse_distance", "max_reuse_distance"), ("sub_group_size", "sub_group_size")):
         value = zero.get(key)
         if value is None or is_auto(value):
             continue
@@ -181,7 +182,8 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
                 raise bad(f"zero_optimization.{key}", value)
             values[option] = as_bool(value)
         else:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1e12:
+            floor = 0 if option in ("prefetch_bucket_size", "max_reuse_distance") else 1  # DeepSpeed takes 0 there
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not floor <= value <= 1e12:
                 raise bad(f"zero_optimization.{key}", value)
             values[option] = int(value)
         values.setdefault("_from_config", []).append(option)
@@ -464,7 +466,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                      f"{hw.gpu.capability[1]}) has no native bf16, so the default bf16 is not assumed")
     extra = {k: values.pop(k) for k in list(values) if k in ("reduce_bucket_size", "overlap_comm",
                                                               "contiguous_gradients", "prefetch_bucket_size",
-                                                              "max_live_parameters", "sub_group_size")}
+                                                              "max_live_parameters", "max_reuse_distance", "sub_group_size")}
     if deepspeed and values["offload_param"] != "none" and values["zero"] != 3 and "offload_param" in from_config:
         raise DsdoctorError(f"{deepspeed} offloads parameters (zero_optimization.offload_param), which DeepSpeed "
                             f"does only at ZeRO-3, but the stage is {values['zero']}"
@@ -602,7 +604,9 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
                               f"(same global batch {result['setup']['global_batch']}; {result['step_time_basis']}; "
                               f"now {result['step_time_s']['total']:.2f} s)",
                               ["change", "GiB", "fits", "step time (vs now)"], _change_rows(changes)))
-    if not fits:
+    within = abs(headroom) < mem.TIGHT * gpu_bytes  # within the estimate's own error of the card, either side
+    result["tight"] = within
+    if not fits and not within:
         first = next((c for c in changes if c["fits"]), None)
         if first is None:
             fix = "no setup of this model, method and batch fits: more GPUs with ZeRO-3, or the changes listed"
@@ -614,8 +618,12 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
         report.add(mem.MEM501.finding(
             f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
             f"({hw.memory_source})", fix=fix))
-    elif headroom < mem.TIGHT * gpu_bytes:
-        report.add(mem.MEM502.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(headroom)} GiB spare"))
+    elif within:
+        first = next((c for c in changes if c["fits"] and not c.get("tight")), None)
+        report.add(mem.MEM502.finding(
+            f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(abs(headroom))} GiB "
+            f"{'spare' if headroom >= 0 else 'over'}, within the estimate's error ({mem.TIGHT:.0%})",
+            **({"fix": f"{first['change']} ({gib(first['total_bytes'])} GiB) keeps a margin"} if first else {})))
     else:
         report.add(mem.MEM500.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB ({hw.memory_source}); largest "
                                       f"micro batch that fits: {result['max_micro_batch']}"))
@@ -721,9 +729,11 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 @click.option("--host-mem", type=FiniteFloat(min=0, min_open=True, max=1_000_000), default=None, metavar="GiB",
               help="Host RAM per node (offload check).")
 @click.option("--compare", is_flag=True, help="Show ZeRO stages 0 to 3 side by side.")
-@click.option("--launch", type=click.Choice(["engine", "trainer"]), default="engine", show_default=True,
-              help="The training loop: DeepSpeed's engine loop as the tutorials write it (its outputs keep the "
-                   "logits through backward) or the HF Trainer (keeps only the loss).")
+@click.option("--launch", type=click.Choice(["engine", "engine-loss", "trainer"]), default="engine",
+              show_default=True,
+              help="The training loop: DeepSpeed's engine loop as the tutorials write it (`outputs = engine(...)` "
+                   "keeps the logits through backward), that loop keeping only the loss (`loss = "
+                   "engine(...).loss`, as dsdoctor smoke's reference trainer), or the HF Trainer.")
 @click.option("--attn", type=click.Choice(["sdpa", "eager", "flash"]), default=None,
               help="The attention implementation the run uses (default: what the installed transformers picks for "
                    "the model: SDPA where the class supports it, else eager, which keeps the s x s scores).")
