@@ -281,9 +281,14 @@ def report(points_dir: Path) -> str:
         est, ds, acc = predict(point)
         measured = r["nvml_peak_over_baseline"]
         err = (est.total - measured) / measured
-        verdict = (est.total > r["gpu_total"]) == r["oom"]
+        from dsdoctor.checks.memory import TIGHT
+
+        headroom = r["gpu_total"] - est.total  # fits / tight (MEM502, either side of the card: warned) / no
+        kind = "tight" if abs(headroom) < TIGHT * r["gpu_total"] else "no" if headroom < 0 else "fits"
+        verdict = kind == "tight" or (kind == "no") == r["oom"]
         rows["held-out" if point.get("holdout") else "fit"].append((point["name"], point.get("loop", "engine"),
-                                                                    measured, est.total, err, r["oom"], verdict,
+                                                                    measured, est.total, err, r["oom"],
+                                                                    (verdict, kind),
                                                                     r["max_allocated"], est.allocated, ds, acc,
                                                                     r["peak_phase"], est.peak_phase))
     out = ["# python benchmarks/memory_loops.py report benchmarks/results/memory-loops/points", ""]
@@ -295,12 +300,13 @@ def report(points_dir: Path) -> str:
         for (name, loop, measured, total, err, oom, verdict, alloc, est_alloc, ds, acc, phase,
              est_phase) in items:
             out.append(f"| {name} | {loop} | {measured / GIB:.2f} | {total / GIB:.2f} | {100 * err:+.1f}% | {oom} | "
-                       f"{'right' if verdict else 'WRONG'} | {alloc / GIB:.2f} | {est_alloc / GIB:.2f} | "
+                       f"{verdict[1]}: {'right' if verdict[0] else 'WRONG'} | {alloc / GIB:.2f} | {est_alloc / GIB:.2f} | "
                        f"{ds / GIB:.2f} | {acc / GIB:.2f} | {phase} / {est_phase} |")
         fits = [abs(i[4]) for i in items if not i[5]]
         if fits:
             out.append(f"\n|error| on points that ran: median {100 * statistics.median(fits):.1f}%, max "
-                       f"{100 * max(fits):.1f}%; verdicts right: {sum(i[6] for i in items)}/{len(items)}\n")
+                       f"{100 * max(fits):.1f}%; verdicts right: {sum(i[6][0] for i in items)}/{len(items)} (tight, a warning "
+                       f"either way: {sum(i[6][1] == 'tight' for i in items)})\n")
     return "\n".join(out)
 
 

@@ -197,6 +197,26 @@ def test_engine_loop_holds_the_logits_and_the_trainer_does_not(runner):
     assert "MEM509" not in [f["id"] for f in small["findings"]]  # 1 x 1024 x 152,064 x 2 = 0.29 GiB: below 1 GiB
 
 
+def test_the_three_loops_differ_by_the_held_logits_and_the_trainers_context(runner):
+    """--launch engine-loss (``loss = engine(**batch).loss``, MEM509's fix) allocates what the Trainer allocates;
+    the engine loop adds its held logits (allocated) and their fp32-sized blocks (slack); the Trainer adds its CUDA
+    context (1.68 GiB at every stage against 1.30 GiB for the engine at ZeRO-2, measured on the H200)."""
+    from dsdoctor.checks.memory import CALIBRATION
+
+    args = ["--model", "qwen3-8b", "--method", "lora", "--micro-batch", "4", "--seq-len", "2048", "--gpus", "2",
+            "--gpu-mem", "80"]
+    runs = {launch: run_json(runner, *args, "--launch", launch)[0]["result"] for launch in
+            ("engine", "engine-loss", "trainer")}
+    assert runs["engine-loss"]["allocated_bytes"] == runs["trainer"]["allocated_bytes"]
+    assert runs["engine-loss"]["launch"] == "engine-loss"
+    held = 4 * 2048 * 151936 * 2
+    assert runs["engine"]["allocated_bytes"] - runs["engine-loss"]["allocated_bytes"] == held
+    assert runs["engine"]["reserved_bytes"] - runs["engine-loss"]["reserved_bytes"] == pytest.approx(
+        held + CALIBRATION.slack_held_logits * 2 * held, abs=2)
+    context = {k: v["per_gpu_bytes"]["cuda_context"] for k, v in runs.items()}
+    assert context == {"engine": int(1.30 * GIB), "engine-loss": int(1.30 * GIB), "trainer": int(1.68 * GIB)}
+
+
 def test_7b_full_zero2_on_one_h200_does_not_fit(runner):
     """The issue's example: DeepSpeed's estimator and accelerate say a 7B full fine-tune fits one 141 GB card;
     it ran out of memory on the H200 (benchmarks/results/memory-accuracy/points/q7-full-z2-oom.json)."""
