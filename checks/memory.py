@@ -749,8 +749,12 @@ def training_changes(setup, gpu_bytes: int) -> list[dict]:
     options = []
     if setup.method == "full":
         from dsdoctor.models import default_lora_targets, trainable_params
+        from dsdoctor.report import DsdoctorError
 
-        targets = default_lora_targets(setup.arch)
+        try:
+            targets = default_lora_targets(setup.arch)
+        except DsdoctorError:  # no default for this architecture (DeepSeek-V2): peft's own "all-linear"
+            targets = ("all-linear",)
         lora_t = trainable_params(setup.arch, "lora", lora_targets=targets)
         options.append(("method", f"LoRA r=8 on {','.join(targets)}",
                         replace(setup, method="lora", trainable_params=lora_t, lora_targets=targets,

@@ -793,3 +793,17 @@ def test_gpu_mem_out_of_range_says_the_range(runner, value):
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         f"dsdoctor: error: --gpu-mem must be a number of GiB above 0 and below 100,000 (a GPU's memory), got {value}"]
+
+
+def test_full_fine_tuning_of_a_model_without_default_lora_targets_is_estimated(runner):
+    """DeepSeek-V2-Lite has no default LoRA targets (peft has none for deepseek_v2): a full fine-tune must not
+    exit 2 for want of them, and the LoRA suggestion when nothing fits takes peft's all-linear."""
+    from dsdoctor.checks.memory import training_changes
+    from dsdoctor.commands.estimate import build_setup
+
+    data, code = run_json(runner, "--model", "deepseek-v2-lite", "--micro-batch", "16", "--gpu-mem", "24")
+    assert code == 1 and data["result"]["fits"] is False
+    setup, _, _ = build_setup("deepseek-v2-lite", "full", 8, None, 2, 16, 0.05, 2, "none", "none", 1, 1, 16, 1024,
+                              True, "bf16")
+    lora = next(c for c in training_changes(setup, 24 * GIB) if c["change"].startswith("LoRA"))
+    assert lora["change"] == "LoRA r=8 on all-linear"
