@@ -287,7 +287,8 @@ def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, 
                                overlap_comm: bool, contiguous_gradients: bool = True, trainable: bool = True,
                                prefetch_bucket_size: int = 50_000_000, max_live_parameters: int = 1_000_000_000,
                                layer_params: int = 0, offload_optimizer: bool = False,
-                               offload_param: bool = False) -> dict[str, int]:
+                               offload_param: bool = False, arch: "Arch | None" = None,
+                               max_reuse_distance: int = 1_000_000_000, grad_ckpt: bool = True) -> dict[str, int]:
     """GPU bytes of DeepSpeed's communication buffers, by kind, as DeepSpeed 0.19.8 allocates them. Counts are
     elements (the ds_config's values), ``element_bytes`` the bytes of one gradient or weight element (2 for
     fp16/bf16, 4 for fp32: the model dtype, which is the reduction buffers' dtype unless ZeRO-1 accumulates in a
@@ -304,7 +305,10 @@ def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, 
     - ``gathered_parameters`` (ZeRO-3 with N > 1 or parameter offload): the layer being computed plus what the
       prefetcher gathers ahead, ``stage3_prefetch_bucket_size``, up to ``stage3_max_live_parameters``
       (``partitioned_param_coordinator.py`` lines 452-454; ``layer_params``: the layer's parameters, 0 when
-      unknown).
+      unknown);
+    - ``gathered_at_loss`` (the same ZeRO-3 cases, with the model's ``arch``): what the coordinator keeps gathered
+      beyond that when the forward pass has returned, because ``stage3_max_reuse_distance`` says it will be reused
+      soon (:func:`dsdoctor.checks.zero3.gathered_at_loss`); alive from the end of the forward into the backward.
 
     ``allgather_bucket_size`` allocates nothing: ``all_gather_dp_groups`` (``runtime/utils.py`` lines 1020-1055)
     only splits the all-gather of the updated partitions into shards of that many elements, gathered in place into
@@ -312,7 +316,7 @@ def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, 
     x 2 bytes" of older documentation over-counts 4.5-fold for the 5e8 defaults with overlap_comm (8.4 GiB against
     1.86 GiB).
     """
-    out = {"reduce_buckets": 0, "reduce_bucket": 0, "gathered_parameters": 0}
+    out = {"reduce_buckets": 0, "reduce_bucket": 0, "gathered_parameters": 0, "gathered_at_loss": 0}
     if stage in (1, 2) and (contiguous_gradients or offload_optimizer):
         out["reduce_buckets"] = element_bytes * reduce_bucket_size * (2 if overlap_comm else 1)
     if stage == 3:
@@ -320,6 +324,11 @@ def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, 
             out["reduce_bucket"] = element_bytes * reduce_bucket_size
         if world_size > 1 or offload_param:
             out["gathered_parameters"] = element_bytes * min(max_live_parameters, prefetch_bucket_size + layer_params)
+            if arch is not None:
+                from dsdoctor.checks.zero3 import gathered_at_loss
+
+                out["gathered_at_loss"] = max(0, element_bytes * gathered_at_loss(arch, max_reuse_distance, grad_ckpt)
+                                              - out["gathered_parameters"])
     return out
 
 
@@ -354,15 +363,10 @@ def model_state_bytes(setup: Setup, cal: Calibration = CALIBRATION) -> dict[str,
         stage, n, w, setup.reduce_bucket_size, setup.overlap, setup.contiguous_gradients, trainable=psi_t > 0,
         prefetch_bucket_size=setup.prefetch_bucket_size, max_live_parameters=setup.max_live_parameters,
         layer_params=setup.arch.layer_params, offload_optimizer=setup.offloaded,
-        offload_param=setup.offload_param != "none")
+        offload_param=setup.offload_param != "none", arch=setup.arch, max_reuse_distance=setup.max_reuse_distance,
+        grad_ckpt=setup.grad_ckpt)
     bucket = buffers["reduce_bucket"] + buffers["gathered_parameters"]  # ZeRO-3, between steps too
-    # ZeRO-3 keeps what it will reuse soon gathered from the end of the forward pass (checks/zero3.py)
-    loss_gathered = 0
-    if stage == 3 and (n > 1 or setup.offload_param != "none"):
-        from dsdoctor.checks.zero3 import gathered_at_loss
-
-        loss_gathered = max(0, w * gathered_at_loss(setup.arch, setup.max_reuse_distance, setup.grad_ckpt)
-                            - buffers["gathered_parameters"])
+    loss_gathered = buffers["gathered_at_loss"]  # ZeRO-3: from the end of the forward pass (checks/zero3.py)
     backward_buckets = buffers["reduce_buckets"]  # ZeRO-1/2, during the backward pass
     if stage == 0:
         step_extra = 8 * psi_t if setup.precision == "bf16" else 4 * psi_t

@@ -122,18 +122,21 @@ def check_buffers(config: dict, zero: dict, stage: int, ctx: CheckContext, out: 
     element = 2 if fp16 or bf16 or ctx.launch == "trainer" and "auto" in (
         str(get_path(config, "fp16.enabled", "")), str(get_path(config, "bf16.enabled", ""))) else 4
     offload = offload_device(config, "offload_optimizer") != "none"
-    layer = 0
+    layer, arch = 0, None
     if stage == 3 and ctx.model is not None:  # the layer being computed is gathered too (analytic count, no torch)
         try:
             from dsdoctor.models import resolve_arch
 
-            layer = resolve_arch(ctx.model.name).layer_params
+            arch = resolve_arch(ctx.model.name)
+            layer = arch.layer_params
         except Exception:  # an architecture the registry cannot count: the prefetch alone
-            layer = 0
+            layer, arch = 0, None
+    reuse, _ = _zero_number(zero, ("stage3_max_reuse_distance", "max_reuse_distance"), 1_000_000_000, None)
     buffers = communication_buffer_bytes(stage, ctx.world_size, element, reduce, overlap, contiguous,
                                          prefetch_bucket_size=prefetch, max_live_parameters=live,
                                          layer_params=layer, offload_optimizer=offload,
-                                         offload_param=offload_device(config, "offload_param") != "none")
+                                         offload_param=offload_device(config, "offload_param") != "none",
+                                         arch=arch, max_reuse_distance=reuse if reuse is not None else 1_000_000_000)
     total = sum(buffers.values())
     if total < 2 ** 63:  # a 1e308-element bucket is a finding, not a 300-digit number in the JSON result
         out.buffers = {**buffers, "total": total}
@@ -154,7 +157,9 @@ def check_buffers(config: dict, zero: dict, stage: int, ctx: CheckContext, out: 
                     f"{_count(buffers['gathered_parameters'] / element)} elements (stage3_prefetch_bucket_size "
                     f"{_count(prefetch)}, at most stage3_max_live_parameters {_count(live)}; "
                     + (f"with the layer being computed, {_count(layer)}" if layer else "plus the layer being computed")
-                    + f") = {_count(gib, 2)} GiB per GPU")
+                    + ")" + (f" + {_count(buffers['gathered_at_loss'] / element)} elements kept gathered from the end "
+                             f"of the forward pass for reuse within stage3_max_reuse_distance"
+                             if buffers["gathered_at_loss"] else "") + f" = {_count(gib, 2)} GiB per GPU")
     target = int(min(2e8, square if square else 2e8))
     if stage in (1, 2):
         fix = (f"Lower reduce_bucket_size to {target:,}"
