@@ -5,6 +5,7 @@ the general activation formulas against the family formulas that were calibrated
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -298,3 +299,40 @@ def test_fallback_lora_targets_are_named():
 
     assert "LoRA targets q_proj,v_proj: peft has no default for glm" in counting("glm-4-9b-hf")
     assert "LoRA targets" not in counting("qwen3-8b")  # peft's table has qwen3
+
+
+QWEN3_8B_AS_SAVED = {  # Qwen/Qwen3-8B config.json as the hub serves it: the registry row plus what it saves besides
+    "architectures": ["Qwen3ForCausalLM"], "attention_dropout": 0.0, "hidden_act": "silu", "initializer_range": 0.02,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "transformers_version": "4.51.0", "use_cache": True}
+
+
+def test_a_local_copy_of_a_registry_model_uses_the_shipped_structure_without_transformers(tmp_path):
+    """A user's local Qwen3-8B directory is the registry row as saved: counted from the shipped structure (0.5 s
+    cold instead of the meta build's 8-10 s: no torch or transformers import), the same numbers as the name."""
+    import subprocess
+    import sys
+
+    from dsdoctor.models import REGISTRY
+
+    (tmp_path / "config.json").write_text(json.dumps({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED}))
+    code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
+            "print(json.dumps([a.total_params, a.source, 'torch' in sys.modules, 'transformers' in sys.modules]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    total, source, torch_loaded, transformers_loaded = json.loads(out)
+    assert total == resolve_arch("qwen3-8b").total_params == 8_190_735_360
+    assert "= registry qwen3-8b" in source and not torch_loaded and not transformers_loaded
+
+
+@pytest.mark.parametrize("change", [{"num_hidden_layers": 35}, {"num_experts": 4}, {"attention_dropout": 0.1},
+                                    {"vocab_size": 151_937}, {"head_dim": None}])
+def test_a_config_that_differs_from_the_row_is_not_taken_for_it(change):
+    from dsdoctor.models import REGISTRY
+    from dsdoctor.models.structure import shipped_for
+
+    assert shipped_for({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED})[0] == "qwen3-8b"
+    config = {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED, **change}
+    assert shipped_for(config) is None
+    missing = {k: v for k, v in REGISTRY["qwen3-8b"][1].items() if k != "tie_word_embeddings"}
+    assert shipped_for(missing) is None  # a key left to transformers' default is not assumed to be the row's

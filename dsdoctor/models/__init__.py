@@ -163,6 +163,12 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
             know (with what to do), or transformers refusing the config."""
     if is_analytic(config):
         return arch_from_config(config, name=name, source=source)
+    from dsdoctor.models import structure
+
+    shipped = structure.shipped_for(config)
+    if shipped is not None:  # a local copy of a registry model: its shipped structure, no transformers import
+        return structure.arch_from_structure(shipped[1], name=name, source=f"{source} (= registry {shipped[0]}: "
+                                             "its structure shipped with dsdoctor)", config=config)
     from dsdoctor.meta_count import transformers_knows
 
     model_type = config.get("model_type")
@@ -183,8 +189,6 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
             why = (f"{installed} has no such architecture (a newer transformers may: pip install -U transformers), "
                    f"and it is not one of the families dsdoctor counts from config keys")
         raise DsdoctorError(f"{source}: model_type {model_type!r}: {why}")
-    from dsdoctor.models import structure
-
     try:
         desc = structure.cached_structure(config)
     except DsdoctorError as exc:

@@ -550,6 +550,40 @@ def shipped_structures() -> dict:
         return {}
 
 
+#: config.json keys that change neither a parameter's shape nor what a training step saves, so that a local
+#: config.json equal to a registry row on every other key has that row's shipped structure: names, ids, numerics
+#: of norms and RoPE, initialisation, the dtype as saved, the generation cache, the activation function's name
+#: (the structure holds the linears and norms; the activations are counted per linear and norm).
+NEUTRAL_KEYS = frozenset({"architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "use_cache",
+                          "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta",
+                          "rope_scaling", "rope_parameters", "bos_token_id", "eos_token_id", "pad_token_id",
+                          "max_position_embeddings", "hidden_act", "hidden_activation", "output_router_logits"})
+
+
+def shipped_for(config: dict) -> tuple[str, dict] | None:
+    """(registry name, shipped structure) when ``config`` is that registry row's config.json as saved: the same
+    value for every key of the row, and only :data:`NEUTRAL_KEYS` besides (``attention_dropout`` too, when 0). A
+    user's local copy of a registry model then needs no transformers import (the meta build costs 8-10 s cold on 2
+    cores, benchmarks/results/estimate-speed.txt). None otherwise."""
+    from dsdoctor.models.registry import REGISTRY
+
+    extra_ok = lambda key, value: key in NEUTRAL_KEYS or (key == "attention_dropout" and value in (0, 0.0))  # noqa: E731
+    shipped = None
+    for name, (_, row) in REGISTRY.items():
+        if row.get("model_type") != config.get("model_type"):
+            continue
+        if all(key == "torch_dtype" or config.get(key, _MISSING) == value for key, value in row.items()) and \
+                all(key in row or extra_ok(key, value) for key, value in config.items()):
+            shipped = shipped if shipped is not None else shipped_structures()
+            desc = shipped.get(name)
+            if desc is not None and desc.get("format") == FORMAT:
+                return name, desc
+    return None
+
+
+_MISSING = object()
+
+
 def _write_shipped() -> None:
     from dsdoctor.models.analytic import is_analytic
     from dsdoctor.models.registry import REGISTRY
