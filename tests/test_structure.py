@@ -336,3 +336,19 @@ def test_a_config_that_differs_from_the_row_is_not_taken_for_it(change):
     assert shipped_for(config) is None
     missing = {k: v for k, v in REGISTRY["qwen3-8b"][1].items() if k != "tie_word_embeddings"}
     assert shipped_for(missing) is None  # a key left to transformers' default is not assumed to be the row's
+
+
+def test_the_lora_targets_a_refusal_lists_are_the_ones_accepted():
+    """No default LoRA targets (DeepSeek-V2): the message lists what peft wrapped on the meta model, and each name
+    listed is accepted as --lora-targets (it used to list down_proj, gate_proj and up_proj, which were refused)."""
+    import re
+
+    from dsdoctor.models import default_lora_targets
+
+    arch = resolve_arch("deepseek-v2-lite")
+    with pytest.raises(DsdoctorError) as exc:
+        default_lora_targets(arch)
+    listed = re.search(r"its linears: (.*), or all-linear", str(exc.value)).group(1).split(", ")
+    assert "q_proj" in listed and "kv_b_proj" in listed
+    for name in listed:
+        assert trainable_params(arch, "lora", lora_r=8, lora_targets=(name,)) > 0

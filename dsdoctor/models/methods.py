@@ -34,6 +34,9 @@ def default_lora_targets(arch: Arch) -> tuple[str, ...]:
     for candidates in (("query_key_value",), ("W_pack",), ("wqkv",), ("c_attn",), ("qkv_proj",), ("q_proj", "v_proj")):
         if set(candidates) <= names:
             return candidates
+    peft_counts = _peft_rank_one(arch)
+    if peft_counts is not None:  # name what --lora-targets accepts: the modules peft wrapped on the meta model
+        names = {m.split(".")[-1] for _, modules in peft_counts for m in modules}
     raise DsdoctorError(f"no default LoRA targets for {arch.name} ({arch.model_type}): give --lora-targets "
                         f"(its linears: {', '.join(sorted(names)[:12])}, or all-linear)")
 
