@@ -73,7 +73,8 @@ def fit(points: list[dict]):
 
 
 def judge(points: list[dict], cal) -> list[str]:
-    from dsdoctor.checks.memory import TIGHT, estimate
+    from dsdoctor.checks.memory import estimate
+    from dsdoctor.checks.memory import verdict as memory_verdict
 
     lines = []
     for round_name in ROUNDS:
@@ -90,8 +91,7 @@ def judge(points: list[dict], cal) -> list[str]:
                 err = (est.total - p["nvml"]) / p["nvml"] if p["nvml"] else float("nan")
                 # dsdoctor's verdict: fits, tight (MEM502: within TIGHT of the card on either side, a warning either way)
                 # or does not fit (MEM501)
-                headroom = p["gpu_total"] - est.total
-                verdict = "tight" if abs(headroom) < TIGHT * p["gpu_total"] else "no" if headroom < 0 else "fits"
+                verdict = memory_verdict(est.total, p["gpu_total"])
                 ok = verdict == "tight" or (verdict == "no") == p["oom"]
                 right += ok
                 tight += verdict == "tight"

@@ -205,10 +205,10 @@ def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: 
               f"alloc={(result.get('peak_allocated') or 0) / GIB:.2f} GiB", flush=True)
 
 
-def setup_of(point: dict):
+def setup_of(point: dict, attn: str | None = None):
     """The Setup ``dsdoctor estimate`` builds for a grid point (1 GPU, one node), through its own ``build_setup``.
     The harness keeps only the loss (``loss = engine(...).loss``): ``launch="engine-loss"``, unless the point
-    records its loop."""
+    records its loop; ``attn`` as ``--attn``."""
     from dsdoctor.commands.estimate import build_setup
 
     setup, _, _ = build_setup(
@@ -216,7 +216,7 @@ def setup_of(point: dict):
         point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
         point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
         point["seq_len"], point.get("grad_ckpt", True), point.get("precision", "bf16"),
-        launch=point.get("launch", "engine-loss"))
+        launch=point.get("launch", "engine-loss"), attn=attn)
     return setup
 
 

@@ -249,18 +249,14 @@ RAN_SDPA = {"gemma2": "sdpa"}
 
 
 def setup_of(point: dict):
-    """The Setup ``dsdoctor estimate`` builds for a point (one GPU), through its own ``build_setup``, for the
-    point's loop (``--launch``) and the attention the GPU machine's transformers ran (:data:`RAN_SDPA`)."""
-    from dsdoctor.commands.estimate import build_setup
+    """The Setup ``dsdoctor estimate`` builds for a point (one GPU; ``memory_accuracy.setup_of``), for the point's
+    loop (``--launch``) and the attention the GPU machine's transformers ran (:data:`RAN_SDPA`)."""
+    from memory_accuracy import setup_of as grid_setup
+
     from dsdoctor.models import REGISTRY
 
-    setup, _, _ = build_setup(
-        point["model"], point["method"], point.get("lora_r", 8), ",".join(point.get("lora_targets") or []) or None,
-        point.get("freeze_last", 2), point.get("prefix_tokens", 16), point.get("lora_dropout", 0.05), point["zero"],
-        point.get("offload_optimizer", "none"), point.get("offload_param", "none"), 1, 1, point["micro_batch"],
-        point["seq_len"], point.get("grad_ckpt", True), "bf16", launch=point.get("loop", "engine"),
-        attn=point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"]))
-    return setup
+    return grid_setup({**point, "launch": point.get("loop", "engine")},
+                      attn=point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"]))
 
 
 def predict(point: dict):
@@ -281,10 +277,9 @@ def report(points_dir: Path) -> str:
         est, ds, acc = predict(point)
         measured = r["nvml_peak_over_baseline"]
         err = (est.total - measured) / measured
-        from dsdoctor.checks.memory import TIGHT
+        from dsdoctor.checks.memory import verdict as memory_verdict
 
-        headroom = r["gpu_total"] - est.total  # fits / tight (MEM502, either side of the card: warned) / no
-        kind = "tight" if abs(headroom) < TIGHT * r["gpu_total"] else "no" if headroom < 0 else "fits"
+        kind = memory_verdict(est.total, r["gpu_total"])  # fits / tight (MEM502, either side: warned) / no
         verdict = kind == "tight" or (kind == "no") == r["oom"]
         rows["held-out" if point.get("holdout") else "fit"].append((point["name"], point.get("loop", "engine"),
                                                                     measured, est.total, err, r["oom"],

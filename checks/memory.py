@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from dsdoctor.checks.zero3 import gathered_at_loss
 from dsdoctor.rules import rule
 
 if TYPE_CHECKING:  # annotations only: `check` imports this module for communication_buffer_bytes
@@ -325,8 +326,6 @@ def communication_buffer_bytes(stage: int, world_size: int, element_bytes: int, 
         if world_size > 1 or offload_param:
             out["gathered_parameters"] = element_bytes * min(max_live_parameters, prefetch_bucket_size + layer_params)
             if arch is not None:
-                from dsdoctor.checks.zero3 import gathered_at_loss
-
                 out["gathered_at_loss"] = max(0, element_bytes * gathered_at_loss(arch, max_reuse_distance, grad_ckpt)
                                               - out["gathered_parameters"])
     return out
@@ -628,6 +627,15 @@ TRAINING_CHANGES = {
 TIGHT = 0.08
 
 
+def verdict(total: int, gpu_bytes: int) -> str:
+    """The estimate's verdict for ``total`` bytes on a GPU of ``gpu_bytes``: "tight" within :data:`TIGHT` of the
+    card on either side (MEM502: within the estimate's own error, it may or may not fit), else "fits" or "no"
+    (MEM501)."""
+    if abs(gpu_bytes - total) < TIGHT * gpu_bytes:
+        return "tight"
+    return "fits" if total < gpu_bytes else "no"
+
+
 def _divisors(n: int, limit: int = 4096) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -729,7 +737,7 @@ def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = No
         text, config = _describe(setup, s)
         used = total(s)
         return {"change": text, "deepspeed": config, "total_bytes": used, "fits": used <= gpu_bytes,
-                "_parts": (text.count(",") + 1, -s.zero_stage), "tight": used > (1 - TIGHT) * gpu_bytes,
+                "_parts": (text.count(",") + 1, -s.zero_stage), "tight": verdict(used, gpu_bytes) == "tight",
                 "step_time_s": {k: round(v, 4) for k, v in times.items()},
                 "vs_current": round(times["total"] / current_time, 3) if current_time else None}
 
@@ -790,7 +798,7 @@ MEM502 = rule(
     why="Near the limit the caching allocator's fragmentation decides: on an H200, runs estimated at 94% and 98% of "
         "the card ran out of memory. Longer samples or another process on the GPU can tip it over too.",
     fix="Keep some margin: a smaller micro batch with more gradient accumulation, or gradient checkpointing.",
-    source="dsdoctor estimate accuracy (benchmarks/results/memory-accuracy/)")
+    source="dsdoctor estimate against NVML on an H200 (benchmarks/results/memory-loops/calibration-fit.txt)")
 MEM503 = rule(
     "MEM503", "info", "offload is not needed",
     what="The run fits on the GPU without the configured CPU/NVMe offload.",

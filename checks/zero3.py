@@ -18,6 +18,7 @@ At world size 1 without parameter offload a gathered parameter is its own partit
 from __future__ import annotations
 
 from bisect import bisect_left
+from functools import lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -31,12 +32,11 @@ def fetch_trace(arch: "Arch", grad_ckpt: bool) -> tuple[list[tuple[str, int]], l
     the output projection (the embedding's id when tied: one parameter); backward in reverse, each layer's linears
     fetched first by the recomputed forward when ``grad_ckpt`` (transformers' non-reentrant checkpointing reruns
     the layer's forward inside the backward pass), then by their backward. Returns (forward, backward). Norms are
-    left out: below
-    ``stage3_param_persistence_threshold`` (1e5 elements) they persist and are never released."""
-    layers = []
+    left out: below ``stage3_param_persistence_threshold`` (1e5 elements) they persist and are never released."""
+    parts = [lin.params for lin in arch.linears] + [arch.moe_params_per_layer]
     each = arch.layer_params_each or (arch.layer_params,) * arch.num_layers
+    layers = []
     for i, params in enumerate(each):
-        parts = [lin.params for lin in arch.linears] + ([arch.moe_params_per_layer] if arch.moe_params_per_layer else [])
         scale = params / max(1, sum(parts))  # layers of another kind: the same modules, scaled to their size
         layers.append([(f"L{i}.{j}", int(p * scale)) for j, p in enumerate(parts) if p])
     embed = ("embed", arch.embedding_params)
@@ -51,6 +51,7 @@ def fetch_trace(arch: "Arch", grad_ckpt: bool) -> tuple[list[tuple[str, int]], l
     return forward, backward
 
 
+@lru_cache(maxsize=64)  # estimate's search asks once per candidate setup, mostly for one model
 def gathered_at_loss(arch: "Arch", max_reuse_distance: int = 1_000_000_000, grad_ckpt: bool = True) -> int:
     """Parameters (elements) ZeRO-3 holds gathered when the forward pass has returned and the loss backward starts,
     in a step after the first: every module fetched so far whose parameters ``__params_to_release`` keeps because

@@ -66,15 +66,14 @@ def test_estimate_matches_the_h200_measurement(path, measured):
     """Each point measured on the H200 (three rounds, fit and held-out alike): peak allocated within 2.5%, what
     nvidia-smi showed within MEM502's band (8%, the fit points' largest error rounded up), and the verdict right:
     fits, tight (a warning either way) or does not fit, against the run's own 139.8 GiB."""
-    from dsdoctor.checks.memory import TIGHT, estimate
+    from dsdoctor.checks.memory import TIGHT, estimate, verdict
 
     if path.stem not in measured:
         pytest.skip("the run failed before training (its record says why)")
     point = measured[path.stem]
     est = estimate(point["setup"])
-    headroom = point["gpu_total"] - est.total
-    verdict = "tight" if abs(headroom) < TIGHT * point["gpu_total"] else "no" if headroom < 0 else "fits"
-    assert verdict == "tight" or (verdict == "no") == point["oom"]
+    kind = verdict(est.total, point["gpu_total"])
+    assert kind == "tight" or (kind == "no") == point["oom"]
     if not point["oom"] and path.stem not in KNOWN_MISSES:
         assert abs(est.allocated - point["allocated"]) <= 0.025 * point["allocated"]
         if path.stem not in SLACK_MISSES:

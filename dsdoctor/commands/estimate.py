@@ -80,7 +80,6 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
             if value != values[option]:  # the flag wins, and the report says so
                 notes.append(f"--{option.replace('_', '-')} {values[option]} (command line) instead of {path}'s "
                              f"{value}: the estimate is for the flag, not for the file as written")
-                values.setdefault("_overridden", []).append(option)
             return
         values[option] = value
         values.setdefault("_from_config", []).append(option)
@@ -190,16 +189,18 @@ def _from_deepspeed(path: str, explicit: set[str], values: dict, notes: list[str
     return values
 
 
-def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str]) -> None:
+def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str],
+                flags: set[str] = frozenset()) -> None:
     """Fill ``grad_accum`` (and the micro batch) from the file's batch triple for this world size, as DeepSpeed
-    derives it (``dsdoctor.checks.deepspeed_config.derive_batch``, a copy of ``_set_batch_related_parameters``)."""
+    derives it (``dsdoctor.checks.deepspeed_config.derive_batch``, a copy of ``_set_batch_related_parameters``).
+    ``flags``: the options given on the command line; a micro batch or accumulation given there enters the
+    derivation as a given value, like the file's."""
     train = values.pop("_train_batch_size", None)
     if train is None or path is None:
         return
     from dsdoctor.checks.deepspeed_config import derive_batch
 
     from_config = values.get("_from_config", [])
-    flags = values.get("_explicit", set())
     micro = values["micro_batch"] if "micro_batch" in from_config or "micro_batch" in flags else None
     accum = values["grad_accum"] if "grad_accum" in from_config or "grad_accum" in flags else None
     train_, micro_, accum_, _how, error = derive_batch(train, micro, accum, world_size)
@@ -454,10 +455,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     if deepspeed:
         values = _from_deepspeed(deepspeed, explicit, values, notes)
     hw = resolve_hardware(gpu_mem, gpus, gpu, gpu_cc)
-    values["_explicit"] = set(explicit)
-    _grad_accum(values, hw.gpus_per_node * nodes, deepspeed, notes)
-    values.pop("_explicit", None)
-    values.pop("_overridden", None)
+    _grad_accum(values, hw.gpus_per_node * nodes, deepspeed, notes, explicit)
     from_config = values.pop("_from_config", [])
     if hw.gpu is not None and not hw.gpu.bf16 and values["precision"] == "bf16" and "precision" not in explicit \
             and "precision" not in from_config:  # our default must not be the user's error (DS111)
@@ -597,13 +595,13 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
     offload needs more than ``host_bytes`` of host RAM, when the node's RAM is known)."""
     from dsdoctor.checks import memory as mem
 
-    fits = est.total <= gpu_bytes
     headroom = gpu_bytes - est.total
-    result["fits"] = fits
+    result["fits"] = headroom >= 0
     result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
     result["headroom_bytes"] = headroom
-    changes = mem.search(setup, gpu_bytes, rates, host_bytes=host_bytes) \
-        if (not fits or headroom < mem.TIGHT * gpu_bytes) else []
+    kind = mem.verdict(est.total, gpu_bytes)
+    result["tight"] = kind == "tight"
+    changes = mem.search(setup, gpu_bytes, rates, host_bytes=host_bytes) if kind != "fits" else []
     if changes and not any(c["fits"] for c in changes):
         changes += mem.training_changes(setup, gpu_bytes)
     result["what_to_change"] = changes
@@ -612,9 +610,7 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
                               f"(same global batch {result['setup']['global_batch']}; {result['step_time_basis']}; "
                               f"now {result['step_time_s']['total']:.2f} s)",
                               ["change", "GiB", "fits", "step time (vs now)"], _change_rows(changes)))
-    within = abs(headroom) < mem.TIGHT * gpu_bytes  # within the estimate's own error of the card, either side
-    result["tight"] = within
-    if not fits and not within:
+    if kind == "no":
         first = next((c for c in changes if c["fits"]), None)
         if first is None:
             fix = "no setup of this model, method and batch fits: more GPUs with ZeRO-3, or the changes listed"
@@ -626,12 +622,12 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
         report.add(mem.MEM501.finding(
             f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
             f"({hw.memory_source})", fix=fix))
-    elif within:
+    elif kind == "tight":
         first = next((c for c in changes if c["fits"] and not c.get("tight")), None)
         report.add(mem.MEM502.finding(
             f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(abs(headroom))} GiB "
             f"{'spare' if headroom >= 0 else 'over'}, within the estimate's error ({mem.TIGHT:.0%})",
-            **({"fix": f"{first['change']} ({gib(first['total_bytes'])} GiB) keeps a margin"} if first else {})))
+            fix=f"{first['change']} ({gib(first['total_bytes'])} GiB) keeps a margin" if first else None))
     else:
         report.add(mem.MEM500.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB ({hw.memory_source}); largest "
                                       f"micro batch that fits: {result['max_micro_batch']}"))
@@ -656,18 +652,19 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
         fits_by_card[card.name] = est.total <= size
         max_micro[card.name] = mem.max_micro_batch(setup, size)
         rates, _ = rates_for(card)
-        tight = est.total > (1 - mem.TIGHT) * size
+        # a card the estimate exceeds is NO here, even within TIGHT above it (one named GPU then gets MEM502)
+        kind = "no" if not fits_by_card[card.name] else mem.verdict(est.total, size)
         found = mem.search(setup, size, rates, limit=1, cache=cache, host_bytes=host_bytes) \
-            if (tight or not fits_by_card[card.name]) else []
+            if kind != "fits" else []
         best[card.name] = found[0] if found and found[0]["fits"] else None
-        if fits_by_card[card.name] and not tight:
+        if kind == "fits":
             advice = "as configured"
         elif best[card.name]:
             advice = (f"{best[card.name]['change']} ({gib(best[card.name]['total_bytes'])} GiB, "
                       f"{best[card.name]['vs_current']:.2f}x the step time)")
         else:
             advice = "no setup of this method and batch fits one card"
-        rows.append([card.label, ("tight" if tight else "yes") if fits_by_card[card.name] else "NO",
+        rows.append([card.label, {"fits": "yes", "tight": "tight", "no": "NO"}[kind],
                      gib(size - est.total), str(max_micro[card.name]), advice])
     result["fits"] = None
     result["cards"] = {card.name: {"memory_bytes": card.memory_bytes, "memory_source": card.memory_source}

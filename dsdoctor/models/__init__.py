@@ -15,8 +15,8 @@ config key changes no count; a local config.json with a key outside both sets (:
 from __future__ import annotations
 
 import difflib
-import re
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 

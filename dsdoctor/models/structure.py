@@ -35,6 +35,7 @@ code runs: a ``model_type`` transformers does not know is refused here, and left
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from pathlib import Path
@@ -542,8 +543,10 @@ def _unique_leaves(kind: dict) -> bool:
 SHIPPED = Path(__file__).with_name("structures.json")
 
 
+@functools.cache
 def shipped_structures() -> dict:
-    """Registry name -> structure, as ``structures.json`` ships them ({} when the file is absent)."""
+    """Registry name -> structure, as ``structures.json`` ships them ({} when the file is absent), read once per
+    process. Callers must not modify it."""
     try:
         return json.loads(SHIPPED.read_text())
     except (OSError, ValueError):
@@ -567,21 +570,13 @@ def shipped_for(config: dict) -> tuple[str, dict] | None:
     cores, benchmarks/results/estimate-speed.txt). None otherwise."""
     from dsdoctor.models.registry import REGISTRY
 
-    extra_ok = lambda key, value: key in NEUTRAL_KEYS or (key == "attention_dropout" and value in (0, 0.0))  # noqa: E731
-    shipped = None
+    extra = {k: v for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
     for name, (_, row) in REGISTRY.items():
-        if row.get("model_type") != config.get("model_type"):
-            continue
-        if all(key == "torch_dtype" or config.get(key, _MISSING) == value for key, value in row.items()) and \
-                all(key in row or extra_ok(key, value) for key, value in config.items()):
-            shipped = shipped if shipped is not None else shipped_structures()
-            desc = shipped.get(name)
+        if set(extra) <= set(row) and all(k == "torch_dtype" or k in config and config[k] == v for k, v in row.items()):
+            desc = shipped_structures().get(name)
             if desc is not None and desc.get("format") == FORMAT:
                 return name, desc
     return None
-
-
-_MISSING = object()
 
 
 def _write_shipped() -> None:
@@ -593,6 +588,7 @@ def _write_shipped() -> None:
         if not is_analytic(config):
             out[name] = describe_config(config)
     SHIPPED.write_text(json.dumps(out, indent=None, sort_keys=True, separators=(",", ":")) + "\n")
+    shipped_structures.cache_clear()
     print(f"wrote {SHIPPED}: {len(out)} structures")
 
 
