@@ -136,6 +136,9 @@ def run_point(point: dict, out_dir: Path) -> dict:
         reserved.append((torch.cuda.max_memory_reserved(), phase["name"]))
         phase["name"] = name
 
+    if point.get("snapshot"):
+        # every allocator event with its Python stack, summarised at the end (:func:`trace_summary`)
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     t0 = time.time()
     try:
         model, config = build(point, torch)
@@ -210,8 +213,91 @@ def run_point(point: dict, out_dir: Path) -> dict:
     record["host_max_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
     record["gpu_total"] = torch.cuda.get_device_properties(0).total_memory
     record["gpu"] = torch.cuda.get_device_name(0)
+    if point.get("snapshot"):
+        try:
+            record["trace_summary"] = trace_summary(torch.cuda.memory._snapshot())
+        except Exception as exc:  # noqa: BLE001 - a diagnostic; the point's measures stay
+            record["trace_summary"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     (out_dir / f"{point['name']}.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def _site(frames: list[dict]) -> str:
+    """Where an allocation was made: the innermost frames in deepspeed, transformers, peft, accelerate or this
+    benchmark (up to three), as ``file:line name`` joined by `` < ``."""
+    keep = []
+    for f in frames or []:
+        name = f.get("filename", "")
+        for lib in ("deepspeed/", "transformers/", "peft/", "accelerate/", "benchmarks/"):
+            if lib in name:
+                keep.append(f"{lib}{name.split(lib, 1)[1]}:{f.get('line')} {f.get('name')}")
+                break
+        if len(keep) == 3:
+            break
+    return " < ".join(keep) or "(no library frame)"
+
+
+def trace_summary(snapshot: dict, top: int = 25) -> dict:
+    """What the caching allocator held at the run's allocated peak and at its reserved peak, replayed from
+    ``torch.cuda.memory._snapshot()``'s device trace (``torch/cuda/memory.py`` ``_record_memory_history``: actions
+    ``alloc`` / ``free_completed`` move allocated bytes, ``segment_alloc`` / ``segment_free`` (and ``segment_map`` /
+    ``segment_unmap`` with expandable segments) move reserved bytes). Bytes; the blocks alive at each peak grouped by
+    :func:`_site`, the largest ``top`` groups; at the reserved peak, each segment's free bytes, the largest ``top``."""
+    trace = snapshot["device_traces"][0]
+
+    def replay(stop: int | None = None):
+        """(alive blocks, segments, allocated, reserved) after event ``stop``; with no stop, the peaks' events."""
+        alive: dict[int, tuple[int, str]] = {}
+        segments: dict[int, tuple[int, str]] = {}
+        allocated = reserved = 0
+        peak_alloc = peak_res = (-1, 0)
+        for i, ev in enumerate(trace):
+            action, addr, size = ev["action"], ev["addr"], ev["size"]
+            if action == "alloc":
+                alive[addr] = (size, _site(ev.get("frames")) if stop is not None else "")
+                allocated += size
+            elif action == "free_completed" and addr in alive:
+                allocated -= alive.pop(addr)[0]
+            elif action in ("segment_alloc", "segment_map"):
+                segments[addr] = (size, _site(ev.get("frames")) if stop is not None else "")
+                reserved += size
+            elif action in ("segment_free", "segment_unmap") and addr in segments:
+                reserved -= segments.pop(addr)[0]
+            if stop is not None and i == stop:
+                return alive, segments, allocated, reserved
+            peak_alloc = max(peak_alloc, (allocated, -i))
+            peak_res = max(peak_res, (reserved, -i))
+        return -peak_alloc[1], -peak_res[1]
+
+    i_alloc, i_res = replay()
+    state_alloc = replay(i_alloc) if trace else None
+    state_res = replay(i_res) if trace else None
+
+    def groups(blocks: dict) -> list:
+        by: dict[str, list[int]] = {}
+        for size, site in blocks.values():
+            g = by.setdefault(site, [0, 0, 0])
+            g[0] += size
+            g[1] += 1
+            g[2] = max(g[2], size)
+        return [[site, *v] for site, v in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]]
+
+    out = {"events": len(trace), "columns": "site, bytes, blocks, largest block"}
+    if state_alloc:
+        blocks, segs, alloc_then, res_then = state_alloc
+        out["at_peak_allocated"] = {"event": i_alloc, "allocated": alloc_then, "reserved": res_then,
+                                    "groups": groups(blocks)}
+    if state_res:
+        blocks, segs, alloc_then, res_then = state_res
+        holes = []
+        for seg_addr, (seg_size, site) in segs.items():
+            used = sum(size for addr, (size, _) in blocks.items() if seg_addr <= addr < seg_addr + seg_size)
+            holes.append([site, seg_size, seg_size - used])
+        holes.sort(key=lambda h: -h[2])
+        out["at_peak_reserved"] = {"event": i_res, "reserved": res_then, "allocated": alloc_then,
+                                   "segments": len(segs), "groups": groups(blocks),
+                                   "free_in_segments (site that made it, segment bytes, free bytes)": holes[:top]}
+    return out
 
 
 def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: int, budget_s: float) -> None:
