@@ -130,15 +130,20 @@ def run_point(point: dict, out_dir: Path) -> dict:
     peaks: list[tuple[int, str]] = []
     reserved: list[tuple[int, str]] = []
 
+    marks: list[tuple[int, str]] = []
+
     def mark(name: str) -> None:
         torch.cuda.synchronize()
+        marks.append((time.time_ns() // 1000, name))
         peaks.append((torch.cuda.max_memory_allocated(), phase["name"]))
         reserved.append((torch.cuda.max_memory_reserved(), phase["name"]))
         phase["name"] = name
 
     if point.get("snapshot"):
         # every allocator event with its Python stack, summarised at the end (:func:`trace_summary`)
-        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+        # ("nostack": sizes only; stack capture breaks ZeRO-3's autograd Function under parameter offload: SystemError)
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python",
+                                                 context=None if point["snapshot"] == "nostack" else "all")
     t0 = time.time()
     try:
         model, config = build(point, torch)
@@ -215,7 +220,10 @@ def run_point(point: dict, out_dir: Path) -> dict:
     record["gpu"] = torch.cuda.get_device_name(0)
     if point.get("snapshot"):
         try:
-            record["trace_summary"] = trace_summary(torch.cuda.memory._snapshot())
+            snapshot = torch.cuda.memory._snapshot()
+            record["trace_summary"] = trace_summary(snapshot)
+            record["large_pool_events"] = large_pool_events(snapshot)
+            record["phase_marks_us"] = marks
         except Exception as exc:  # noqa: BLE001 - a diagnostic; the point's measures stay
             record["trace_summary"] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     (out_dir / f"{point['name']}.json").write_text(json.dumps(record, indent=1))
@@ -298,6 +306,23 @@ def trace_summary(snapshot: dict, top: int = 25) -> dict:
                                    "segments": len(segs), "groups": groups(blocks),
                                    "free_in_segments (site that made it, segment bytes, free bytes)": holes[:top]}
     return out
+
+
+def large_pool_events(snapshot: dict, smallest: int = 2 ** 20) -> dict:
+    """The allocator's events on blocks and segments of at least ``smallest`` bytes (torch's large pool is requests
+    above 1 MiB, ``c10/cuda/CUDACachingAllocator.cpp`` kSmallSize), for replaying in an allocator model: columns
+    ``time_us, action, addr, size, site`` (site: an index into ``sites``, :func:`_site` of the event's stack)."""
+    codes = {"alloc": "a", "free_completed": "f", "segment_alloc": "S", "segment_free": "F", "segment_map": "S",
+             "segment_unmap": "F"}
+    sites: dict[str, int] = {}
+    rows = []
+    for ev in snapshot["device_traces"][0]:
+        code = codes.get(ev["action"])
+        if code is None or ev["size"] < smallest:
+            continue
+        site = sites.setdefault(_site(ev.get("frames")), len(sites))
+        rows.append([ev.get("time_us"), code, ev["addr"], ev["size"], site])
+    return {"columns": ["time_us", "action", "addr", "size", "site"], "rows": rows, "sites": list(sites)}
 
 
 def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: int, budget_s: float) -> None:
