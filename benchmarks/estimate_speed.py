@@ -96,12 +96,16 @@ def local_cases(exe: str, args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("qwen3-8b", "gemma-2-9b", "qwen3-30b-a3b", "phi-3-mini-4k-instruct", "glm-4-9b-chat-hf"):
             row = REGISTRY[name][1]
-            # as saved: the row itself (a user's local copy: the shipped structure); another size of the same
-            # architecture (one layer fewer): transformers' model built on the meta device
+            # as saved: the row itself (a user's local copy: the shipped structure); tokens added and a layer
+            # fewer (the shipped structure rewritten, structure.scaled_for); another MLP width of the same
+            # architecture: transformers' model built on the meta device
             for label, config, goal in (("as saved, = the registry row: shipped structure", row, 0.3),
-                                        ("another size: structure read off the meta model",
-                                         {**row, "num_hidden_layers": row["num_hidden_layers"] - 1}, 6)):
-                folder = Path(tmp) / f"{name}-{goal}"
+                                        ("with 64 tokens added and a layer fewer: shipped structure rewritten",
+                                         {**row, "vocab_size": row["vocab_size"] + 64,
+                                          "num_hidden_layers": row["num_hidden_layers"] - 1}, 0.3),
+                                        ("another MLP width: structure read off the meta model",
+                                         {**row, "intermediate_size": row["intermediate_size"] - 256}, 6)):
+                folder = Path(tmp) / f"{name}-{len(label)}"
                 folder.mkdir()
                 (folder / "config.json").write_text(json.dumps(config))
                 argv = [exe, "estimate", "--model", str(folder), "--method", "lora", "--gpu-mem", "80", "--json", "-"]

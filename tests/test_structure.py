@@ -352,3 +352,58 @@ def test_the_lora_targets_a_refusal_lists_are_the_ones_accepted():
     assert "q_proj" in listed and "kv_b_proj" in listed
     for name in listed:
         assert trainable_params(arch, "lora", lora_r=8, lora_targets=(name,)) > 0
+
+
+@pytest.mark.parametrize("name, change", [
+    ("qwen3-8b", {"vocab_size": 151_669 + 128, "num_hidden_layers": 20}),  # tokens added, layers pruned; untied
+    ("qwen3-0.6b", {"vocab_size": 151_700}),  # tied
+    ("qwen3-30b-a3b", {"num_hidden_layers": 4, "vocab_size": 1000}),  # MoE
+    ("gemma-2-2b", {"num_hidden_layers": 6, "vocab_size": 256_128}),  # sliding and global layers: one kind
+    ("phi-3-mini-4k-instruct", {"vocab_size": 32_011, "num_hidden_layers": 3}),  # fused qkv / gate_up
+    ("qwen3-8b", {"max_position_embeddings": 8192, "vocab_size": 152_064, "torch_dtype": "float32"}),
+])
+def test_another_vocabulary_or_depth_of_a_registry_model_is_rewritten_as_transformers_builds_it(name, change):
+    """A fine-tuned checkpoint with added tokens, or a pruned one, takes its row's shipped structure with the sizes
+    rewritten (no transformers import): the very dict the meta build reads off the model (versions aside)."""
+    from dsdoctor.models import REGISTRY
+    from dsdoctor.models.structure import describe_config, scaled_for, shipped_for
+
+    config = {**REGISTRY[name][1], **QWEN3_8B_AS_SAVED, **change} if name == "qwen3-8b" else \
+        {**REGISTRY[name][1], **change}
+    assert shipped_for(config) is None
+    row, scaled = scaled_for(config)
+    built = describe_config(config)
+    assert row == name
+    assert {k: v for k, v in scaled.items() if k != "versions"} == {k: v for k, v in built.items() if k != "versions"}
+
+
+@pytest.mark.parametrize("name, change", [
+    ("deepseek-v2-lite", {"num_hidden_layers": 5}),  # a dense first layer, then MoE layers: two kinds
+    ("qwen3-8b", {"hidden_size": 2048}),  # a size the rewrite does not cover
+    ("qwen3-8b", {"vocab_size": 0}), ("qwen3-8b", {"num_hidden_layers": "36"}),
+    ("qwen3-8b", {"tie_word_embeddings": True, "vocab_size": 1000}),
+    ("gemma-3-4b-pt", {"vocab_size": 262_300}),  # multimodal: text_config
+])
+def test_what_the_rewrite_does_not_cover_is_left_to_the_meta_build(name, change):
+    from dsdoctor.models import REGISTRY
+    from dsdoctor.models.structure import scaled_for
+
+    assert scaled_for({**REGISTRY[name][1], **change}) is None
+
+
+def test_a_local_checkpoint_with_added_tokens_is_counted_without_transformers(tmp_path):
+    import subprocess
+    import sys
+
+    from dsdoctor.models import REGISTRY
+
+    (tmp_path / "config.json").write_text(json.dumps({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED,
+                                                      "vocab_size": 151_936 + 64}))
+    code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
+            "print(json.dumps([a.total_params, a.source, 'torch' in sys.modules, 'transformers' in sys.modules]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    total, source, torch_loaded, transformers_loaded = json.loads(out)
+    assert total == 8_190_735_360 + 2 * 64 * 4096  # the embedding and the untied output projection each gain 64 rows
+    assert "registry qwen3-8b's structure" in source and not torch_loaded and not transformers_loaded

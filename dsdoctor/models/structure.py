@@ -565,18 +565,109 @@ NEUTRAL_KEYS = frozenset({"architectures", "transformers_version", "_name_or_pat
 
 def shipped_for(config: dict) -> tuple[str, dict] | None:
     """(registry name, shipped structure) when ``config`` is that registry row's config.json as saved: the same
-    value for every key of the row, and only :data:`NEUTRAL_KEYS` besides (``attention_dropout`` too, when 0). A
+    value for every key of the row but :data:`NEUTRAL_KEYS`, and only those besides (``attention_dropout`` too, when
+    0), their values as saved (:func:`_as_saved`). A
     user's local copy of a registry model then needs no transformers import (the meta build costs 8-10 s cold on 2
     cores, benchmarks/results/estimate-speed.txt). None otherwise."""
     from dsdoctor.models.registry import REGISTRY
 
     extra = {k: v for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
     for name, (_, row) in REGISTRY.items():
-        if set(extra) <= set(row) and all(k == "torch_dtype" or k in config and config[k] == v for k, v in row.items()):
+        if set(extra) <= set(row) and all(k in NEUTRAL_KEYS or k in config and config[k] == v for k, v in row.items()):
             desc = shipped_structures().get(name)
             if desc is not None and desc.get("format") == FORMAT:
-                return name, desc
+                return name, _as_saved(desc, config)
     return None
+
+
+def _as_saved(desc: dict, config: dict) -> dict:
+    """``desc`` with what a neutral key of ``config`` changes: the positions (``max_position_embeddings``) and the
+    dtype as saved (``torch_dtype`` / ``dtype``), as :func:`describe` reads them off the config. ``desc`` itself
+    when neither differs (the shipped dict is shared: it is copied before a change)."""
+    changes = {}
+    positions = config.get("max_position_embeddings")
+    if _positive_int(positions) and positions != desc.get("max_positions"):
+        changes["max_positions"] = positions
+    dtype = config.get("torch_dtype", config.get("dtype"))
+    if isinstance(dtype, str) and dtype and dtype != desc.get("dtype"):
+        changes["dtype"] = dtype
+    return {**desc, **changes} if changes else desc
+
+
+#: the keys in which a local config.json may differ from a registry row of its model_type and still take that row's
+#: shipped structure, rewritten exactly (:func:`scaled_for`): the vocabulary (tokens added and the embedding resized)
+#: and the number of decoder layers (of one kind)
+SCALED_KEYS = frozenset({"vocab_size", "num_hidden_layers", "layer_types"})
+
+
+def scaled_for(config: dict) -> tuple[str, dict] | None:
+    """(registry name, structure) for a ``config`` that is a registry row's config.json but for ``vocab_size`` and
+    ``num_hidden_layers`` (:data:`SCALED_KEYS`; :data:`NEUTRAL_KEYS` ignored as in :func:`shipped_for`): the row's
+    shipped structure with those sizes rewritten, exactly as :func:`describe` would read them off the model built
+    from ``config`` (``tests/test_structure.py`` compares the two):
+
+    - vocabulary V -> V': the input embedding and an untied output projection are V x w (w: their width, bias
+      V), so their parameters scale by V'/V; the total by the difference;
+    - layers L -> L': every decoder layer of the row must be of one kind (a list of identical layers, as
+      transformers' ``nn.ModuleList`` of ``config.num_hidden_layers`` decoder layers); the total changes by
+      (L' - L) x that layer's parameters. ``layer_types`` may differ only in length, holding the row's one type.
+
+    None when no row of the same model_type differs only so, when a layout the rewrite does not cover is met (several
+    layer kinds, an embedding that is not V x w, a multimodal ``text_config``), or when the values are not
+    positive integers: the caller then builds the model on the meta device."""
+    from dsdoctor.models.registry import REGISTRY
+
+    if isinstance(config.get("text_config"), dict):
+        return None
+    extra = {k for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
+    for name, (_, row) in REGISTRY.items():
+        desc = shipped_structures().get(name)
+        if desc is None or desc.get("format") != FORMAT or row.get("model_type") != config.get("model_type"):
+            continue
+        if not extra <= set(row) | SCALED_KEYS:
+            continue
+        if not all(k in NEUTRAL_KEYS or k in SCALED_KEYS or (k in config and config[k] == v) for k, v in row.items()):
+            continue
+        scaled = _rescale(desc, row, config)
+        if scaled is not None:
+            return name, _as_saved(scaled, config)
+    return None
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _rescale(desc: dict, row: dict, config: dict) -> dict | None:
+    """``desc`` (the structure of registry row ``row``) with ``config``'s vocabulary and layer count (see
+    :func:`scaled_for`); None where the rewrite does not apply."""
+    vocab = config.get("vocab_size", row.get("vocab_size"))
+    layers = config.get("num_hidden_layers", row.get("num_hidden_layers"))
+    if not (_positive_int(vocab) and _positive_int(layers)) or vocab == row.get("vocab_size") and \
+            layers == row.get("num_hidden_layers") and config.get("layer_types") == row.get("layer_types"):
+        return None
+    types = config.get("layer_types")
+    if types is not None or row.get("layer_types") is not None:
+        if not (isinstance(types, list) and isinstance(row.get("layer_types"), list) and len(types) == layers
+                and len(set(map(str, types))) == 1 and set(map(str, types)) == set(map(str, row["layer_types"]))):
+            return None
+    old_vocab = desc["vocab_size"]
+    if old_vocab != row.get("vocab_size") or len(set(desc["layers"])) != 1 or desc["embedding_params"] % old_vocab:
+        return None
+    width = desc["embedding_params"] // old_vocab
+    head = desc["lm_head_params"]
+    if not desc["tied"] and head % old_vocab:
+        return None
+    out = json.loads(json.dumps(desc))
+    out["vocab_size"] = vocab
+    out["embedding_params"] = vocab * width
+    out["lm_head_params"] = head // old_vocab * vocab
+    kind = desc["layers"][0]
+    out["layers"] = [kind] * layers
+    out["total_params"] = (desc["total_params"] + out["embedding_params"] - desc["embedding_params"]
+                           + out["lm_head_params"] - head
+                           + (layers - len(desc["layers"])) * desc["kinds"][kind]["params"])
+    return out
 
 
 def _write_shipped() -> None:

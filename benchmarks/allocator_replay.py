@@ -1,0 +1,71 @@
+"""Replay the large-pool allocations a GPU run recorded through dsdoctor's model of the caching allocator
+(``checks/allocator.py``), and compare the reserved bytes it leaves with those the run's own allocator reserved.
+
+    python benchmarks/allocator_replay.py benchmarks/results/memory-loops/trace-t5/*.json.gz
+
+Each record comes from ``memory_loops.py`` with ``"snapshot"`` set: ``large_pool_events`` holds every alloc / free of
+a block over 1 MiB and every segment event, in the order the allocator made them. The model is fed the allocs and
+frees only; the run's segment events are the answer it must reproduce: the peak of the large pool's reserved bytes
+and the number of ``cudaMalloc`` calls.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dsdoctor.checks.allocator import K_SMALL_SIZE, CachingAllocator, round_size  # noqa: E402
+
+GIB = 2 ** 30
+
+
+def replay(record: dict) -> dict:
+    """Measured and modelled peaks of the large pool (bytes) for one record."""
+    events = record["large_pool_events"]["rows"]
+    sim = CachingAllocator()
+    handles: dict[int, int] = {}
+    reserved = peak_reserved = segments = 0
+    allocated = peak_allocated = 0
+    sizes: dict[int, int] = {}
+    for _, action, addr, size, _ in events:
+        if action == "S" and size > K_SMALL_SIZE * 2:
+            reserved += size
+            segments += 1
+            peak_reserved = max(peak_reserved, reserved)
+        elif action == "F" and size > K_SMALL_SIZE * 2:
+            reserved -= size
+        elif action == "a" and round_size(size) > K_SMALL_SIZE:
+            handles[addr] = sim.malloc(size)
+            sizes[addr] = size
+            allocated += size
+            peak_allocated = max(peak_allocated, allocated)
+        elif action == "f" and addr in handles:
+            sim.free(handles.pop(addr))
+            allocated -= sizes.pop(addr)
+    return {"name": record["point"]["name"], "measured_reserved": peak_reserved, "model_reserved": sim.peak_reserved,
+            "measured_segments": segments, "model_segments": sim.segment_allocs,
+            "peak_allocated": peak_allocated, "model_allocated": sim.peak_allocated,
+            "max_reserved_all_pools": record.get("max_reserved")}
+
+
+def main() -> None:
+    for path in sys.argv[1:]:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            record = json.load(f)
+        if "large_pool_events" not in record:
+            continue
+        r = replay(record)
+        err = (r["model_reserved"] - r["measured_reserved"]) / r["measured_reserved"]
+        print(f"{r['name']:44s} large-pool reserved: measured {r['measured_reserved'] / GIB:7.3f} GiB, model "
+              f"{r['model_reserved'] / GIB:7.3f} GiB ({100 * err:+.2f}%); segments {r['measured_segments']} / "
+              f"{r['model_segments']}; allocated peak {r['peak_allocated'] / GIB:.3f} / {r['model_allocated'] / GIB:.3f}"
+              f" GiB; all pools reserved {r['max_reserved_all_pools'] / GIB:.3f} GiB")
+
+
+if __name__ == "__main__":
+    main()
