@@ -1,0 +1,353 @@
+"""The tensor allocations of a training step, recorded on the meta device, to replay through the caching allocator
+model (:mod:`dsdoctor.checks.allocator`).
+
+The model is transformers' own, built from its config on the meta device (no memory, no weights) with the method
+applied by peft, and run forward and backward under a ``TorchDispatchMode`` that sees every aten op the autograd
+engine runs, the recomputation of gradient checkpointing and the loss included. Each op's output storage is an
+allocation of ``storage.nbytes()``; it is freed when the last tensor on it dies (a weakref on every tensor; PyTorch
+keeps a tensor's Python object alive while C++ holds it, e.g. saved for backward, so the weakref fires when the
+storage's last user is gone). What the meta device cannot run the way CUDA does is substituted:
+
+- attention: the flash kernel the GPU runs (``aten._scaled_dot_product_flash_attention``) instead of the math
+  fallback the meta device would pick (which materialises b x heads x s x s scores). Its backward gives dq, dk, dv
+  and, for the kernel's own workspace, one transient block of b x heads x s x (2 head_dim + 1) x 4 bytes, as
+  measured on an H200 (torch 2.11, benchmarks/results/memory-loops/trace-t5, Qwen3-8B shape: 128.5 MiB at b=2,
+  s=2048);
+- dropout: CUDA's ``native_dropout`` keeps a bool mask (the meta decomposition an fp32 one);
+- a data-dependent branch (``Tensor.item()``) reads 1 / True: transformers asks only whether a mask or a packed
+  sequence is needed, and with no attention mask it is not.
+
+Imports torch, transformers and peft: the slow path (seconds), not the default estimate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Recorder:
+    """Events in order: ``("a", key, bytes)`` / ``("f", key, bytes)``; synthetic blocks from :meth:`alloc` /
+    :meth:`free` (DeepSpeed's buffers, the weights) share the stream."""
+
+    events: list[tuple[str, int, int]] = field(default_factory=list)
+    #: (index into events, phase name): where each phase (``stepN:forward`` / ``:backward`` / ``:step``) begins
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    _live: dict[int, list[int]] = field(default_factory=dict)
+    _next: int = -1
+
+    def mark(self, name: str) -> None:
+        self.marks.append((len(self.events), name))
+
+    def alloc(self, nbytes: int) -> int:
+        """A synthetic block of ``nbytes``; its key (negative, never a storage's)."""
+        key = self._next
+        self._next -= 1
+        self.events.append(("a", key, int(nbytes)))
+        return key
+
+    def free(self, key: int) -> None:
+        for action, k, nbytes in reversed(self.events):
+            if k == key and action == "a":
+                self.events.append(("f", key, nbytes))
+                return
+        raise KeyError(key)
+
+    _external: set = field(default_factory=set)
+    op: str = ""
+    ops: dict = field(default_factory=dict)
+
+    def external(self, tensor) -> None:
+        """A tensor made before the recording (a weight, a buffer): views of it are not allocations."""
+        self._external.add(tensor.untyped_storage()._cdata)
+
+    def track(self, tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self._external:
+            return
+        entry = self._live.get(key)
+        if entry is None:
+            entry = self._live[key] = [int(storage.nbytes()), 0]
+            if entry[0]:
+                self.events.append(("a", key, entry[0]))
+                self.ops[len(self.events) - 1] = self.op
+        entry[1] += 1
+        weakref.finalize(tensor, self._drop, key)
+
+    def _drop(self, key: int) -> None:
+        entry = self._live.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._live[key]
+            if entry[0]:
+                self.events.append(("f", key, entry[0]))
+
+
+def _mode(recorder: Recorder):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                return True if args[0].dtype == torch.bool else 1
+            recorder.op = str(func)
+            if func is torch.ops.aten.native_dropout.default and args[0].device.type == "meta":
+                # CUDA's kernel: the output and a bool mask (the meta/CPU decomposition keeps an fp32 one)
+                out = (torch.empty_like(args[0]), torch.empty_like(args[0], dtype=torch.bool))
+            else:
+                out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.device.type == "meta":
+                    recorder.track(t)
+            return out
+
+    return Mode()
+
+
+@contextlib.contextmanager
+def cuda_kernels():
+    """``torch.nn.functional.scaled_dot_product_attention`` and ``dropout`` as the GPU's kernels allocate (module
+    docstring)."""
+    import torch
+
+    class Flash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, is_causal, scale):
+            out = torch.empty_like(q)
+            lse = torch.empty(q.shape[0], q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+            ctx.save_for_backward(q, k, v, out, lse)
+            return out
+
+        @staticmethod
+        def backward(ctx, grad):
+            q, k, v, out, lse = ctx.saved_tensors
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            b, h, s, d = q.shape
+            workspace = torch.empty(b * h * s * (2 * d + 1), dtype=torch.float32, device=q.device)
+            del workspace
+            return dq, dk, dv, None, None
+
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        # with a mask (a sliding window, a prefix) the GPU runs the memory-efficient kernel: the same outputs and
+        # saved tensors; the mask itself is transformers' tensor, allocated before
+        return Flash.apply(query, key, value, is_causal, scale)
+
+    original_dropout = torch.nn.functional.dropout
+
+    def dropout(input, p=0.5, training=True, inplace=False):
+        if not training or p == 0:
+            return input
+        return torch.ops.aten.native_dropout(input, p, True)[0]  # what CUDA runs (aten/native/Dropout.cpp)
+
+    torch.nn.functional.scaled_dot_product_attention = sdpa
+    torch.nn.functional.dropout = dropout
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+        torch.nn.functional.dropout = original_dropout
+
+
+def trace_steps(model, micro_batch: int, seq_len: int, vocab: int, steps: int = 3, loop: str = "engine",
+                recorder: Recorder | None = None, between_steps=None, grad_hook=None) -> Recorder:
+    """Record ``steps`` training steps of ``model`` (built on the meta device) on random token ids of shape
+    (micro_batch, seq_len), labels = inputs, in ``loop``:
+
+    - ``engine``: ``outputs = model(...); backward(outputs.loss)``, ``outputs`` alive until the next forward has
+      returned (the tutorials' DeepSpeed loop);
+    - ``engine-loss`` / ``trainer``: only the loss is kept.
+
+    ``between_steps(recorder, step)`` runs after each backward (the optimizer step's allocations);
+    ``grad_hook(recorder, param)`` runs when a parameter's gradient is accumulated (``register_post_accumulate_
+    grad_hook``; DeepSpeed's ZeRO-1/2 copy it into a bucket and drop it)."""
+    import torch
+
+    recorder = recorder or Recorder()
+    hooks = []
+    if grad_hook is not None:
+        for p in model.parameters():
+            if p.requires_grad:
+                hooks.append(p.register_post_accumulate_grad_hook(lambda p: grad_hook(recorder, p)))
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        recorder.external(tensor)
+    ids = torch.zeros(micro_batch, seq_len, dtype=torch.long, device="meta")
+    held = None
+    try:
+        with cuda_kernels(), _mode(recorder):
+            for step in range(steps):
+                recorder.mark(f"step{step + 1}:forward")
+                outputs = model(input_ids=ids, labels=ids)
+                loss = outputs.loss
+                if loop == "engine":
+                    held = outputs  # the previous step's outputs die only now
+                del outputs
+                recorder.mark(f"step{step + 1}:backward")
+                loss.backward()
+                del loss
+                recorder.mark(f"step{step + 1}:step")
+                if between_steps is not None:
+                    between_steps(recorder, step)
+            del held
+    finally:
+        for h in hooks:
+            h.remove()
+    return recorder
+
+
+# --- a whole run: the weights, DeepSpeed's ZeRO-0/1/2 buffers, the steps ----------------------------------------
+
+def build_for(setup, attn: str | None = None):
+    """(model on the meta device with ``setup``'s method applied and cast to its precision, as DeepSpeed's
+    ``initialize`` casts it; the config object). ``attn``: an attention implementation to run instead of the
+    model's own (what another transformers version ran), set past transformers' check; its softcapping dropped for
+    SDPA, as transformers 5.17's SDPA path did.
+
+    Raises:
+        DsdoctorError: transformers cannot build the config (:func:`dsdoctor.models.structure.build_meta`)."""
+    import torch
+
+    from dsdoctor.models.structure import build_meta
+
+    model, hf_config = build_meta(dict(setup.arch.config))
+    if attn:
+        for module in model.modules():
+            if getattr(module, "config", None) is not None and hasattr(module.config, "_attn_implementation"):
+                module.config._attn_implementation_internal = attn
+            if attn == "sdpa" and getattr(module, "attn_logit_softcapping", None) is not None:
+                module.attn_logit_softcapping = None
+    with torch.device("meta"):
+        if setup.method == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            targets = list(setup.lora_targets) or None
+            model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=16,
+                                                     lora_dropout=setup.lora_dropout, target_modules=targets))
+        elif setup.method == "ptuning":
+            from peft import PrefixTuningConfig, get_peft_model
+
+            model = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=16))
+        elif setup.method == "freeze":
+            model.requires_grad_(False)
+            layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+            for layer in layers[len(layers) - setup.freeze_last:]:
+                layer.requires_grad_(True)
+    model.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(setup.precision, torch.float32))
+    if setup.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if setup.method != "full":
+            model.enable_input_require_grads()
+    model.config.use_cache = False
+    return model, (hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config)
+
+
+def run_program(setup, attn: str | None = None, steps: int = 3) -> Recorder:
+    """The allocations of ``setup``'s whole run on one GPU, in order: the weights (one block per parameter, as
+    ``from_config`` on the GPU makes them), DeepSpeed's ``initialize``, then ``steps`` steps in ``setup.launch``.
+
+    DeepSpeed's blocks, mirrored from ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and
+    ``runtime/fp16/fused_optimizer.py`` (ZeRO-0 with bf16/fp16), Ψ_t the trainable parameters, N the world size:
+
+    - ``initialize``: the flat 16-bit copy of the trainable parameters (2Ψ_t; the parameters become views of it,
+      their own blocks freed); ZeRO-1/2: a 16-bit clone of the partition turned into the fp32 master (4Ψ_t/N) and a
+      zero fp32 gradient (``initialize_optimizer_states``, freed); ZeRO-0: the fp32 master (4Ψ_t), a zero fp32
+      gradient and Adam's moments (2 x 4Ψ_t, created by the optimizer's first step at construction);
+    - each backward: ZeRO-2 copies each gradient, as it is accumulated, into the reduction bucket
+      (``reduce_bucket_size`` elements x 2 bytes, ``setup_buckets``, released at the end of backward) and then into
+      the gradient partition (2Ψ_t/N, ``copy_grads_in_partition``), and drops it; ZeRO-0/1 keep the gradients to
+      the step;
+    - each step: the partition's gradients flattened (2Ψ_t/N) and cast to fp32 (4Ψ_t/N), the 16-bit ones freed;
+      ZeRO-1/2's first step creates Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient freed.
+
+    Raises:
+        DsdoctorError: ZeRO-3 or offload (not modelled here), or a config transformers cannot build."""
+    from dsdoctor.report import DsdoctorError
+
+    if setup.zero_stage == 3 or setup.offload_optimizer != "none" or setup.offload_param != "none":
+        raise DsdoctorError("the allocator replay models ZeRO-0/1/2 without offload; ZeRO-3 and offload are "
+                            "estimated by the calibrated formulas only")
+    model, config = build_for(setup, attn)
+    rec = Recorder()
+    blocks = {}
+    for p in list(model.parameters()) + list(model.buffers()):
+        if id(p) not in blocks:
+            blocks[id(p)] = rec.alloc(p.numel() * p.element_size())
+    trainable_params = [p for p in model.parameters() if p.requires_grad]
+    n_world = setup.world_size if setup.zero_stage else 1
+    psi = sum(p.numel() for p in trainable_params)
+    part = -(-psi // n_world)
+    wb = setup.weight_bytes
+    rec.mark("initialize")
+    rec.alloc(wb * psi)  # the flat 16-bit copy
+    for p in trainable_params:
+        rec.free(blocks[id(p)])
+    if setup.zero_stage:
+        clone = rec.alloc(wb * part)
+        rec.alloc(4 * part)  # fp32 master partition
+        rec.free(clone)
+        rec.free(rec.alloc(4 * part))  # initialize_optimizer_states' zero gradient
+    else:
+        rec.alloc(4 * psi)
+        zero_grad = rec.alloc(4 * psi)
+        rec.alloc(4 * psi)
+        rec.alloc(4 * psi)
+        rec.free(zero_grad)
+    state = {"bucket": None, "partition": None, "first": True, "grads": []}
+
+    def grad_hook(r, p):
+        if setup.zero_stage == 2:
+            if state["bucket"] is None:
+                state["bucket"] = r.alloc(2 * setup.reduce_bucket_size)
+            if state["partition"] is None:
+                state["partition"] = r.alloc(wb * part)
+            p.grad = None
+        else:
+            state["grads"].append(p)
+
+    def between(r, step):
+        if state["bucket"] is not None:
+            r.free(state["bucket"])
+            state["bucket"] = None
+        flat = r.alloc(wb * part)
+        fp32 = r.alloc(4 * part)
+        r.free(flat)
+        if state["partition"] is not None:
+            r.free(state["partition"])
+            state["partition"] = None
+        for p in state["grads"]:
+            p.grad = None
+        state["grads"].clear()
+        if state["first"] and setup.zero_stage:
+            r.alloc(4 * part)
+            r.alloc(4 * part)
+        state["first"] = False
+        r.free(fp32)
+
+    loop = "engine" if setup.launch == "engine" else "engine-loss"
+    return trace_steps(model, setup.micro_batch, setup.seq_len, config.vocab_size, steps=steps, loop=loop,
+                       recorder=rec, between_steps=between, grad_hook=grad_hook)
+
+
+def replay(recorder: Recorder, capacity: int | None = None):
+    """The :class:`dsdoctor.checks.allocator.CachingAllocator` after ``recorder``'s events (its peaks: bytes).
+
+    Raises:
+        dsdoctor.checks.allocator.OutOfMemory: the run does not fit in ``capacity`` bytes."""
+    from dsdoctor.checks.allocator import CachingAllocator
+
+    sim = CachingAllocator(capacity)
+    handles: dict[int, int] = {}
+    for action, key, nbytes in recorder.events:
+        if action == "a":
+            handles[key] = sim.malloc(nbytes)
+        elif key in handles:
+            sim.free(handles.pop(key))
+    return sim
