@@ -205,7 +205,7 @@ def trace_steps(model, micro_batch: int, seq_len: int, vocab: int, steps: int = 
 
 # --- a whole run: the weights, DeepSpeed's ZeRO-0/1/2 buffers, the steps ----------------------------------------
 
-def build_for(setup, attn: str | None = None):
+def build_for(setup, attn: str | None = None, lora_r: int = 8, prefix_tokens: int = 16):
     """(model on the meta device with ``setup``'s method applied and cast to its precision, as DeepSpeed's
     ``initialize`` casts it; the config object). ``attn``: an attention implementation to run instead of the
     model's own (what another transformers version ran), set past transformers' check; its softcapping dropped for
@@ -229,12 +229,12 @@ def build_for(setup, attn: str | None = None):
             from peft import LoraConfig, get_peft_model
 
             targets = list(setup.lora_targets) or None
-            model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=8, lora_alpha=16,
+            model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=16,
                                                      lora_dropout=setup.lora_dropout, target_modules=targets))
         elif setup.method == "ptuning":
             from peft import PrefixTuningConfig, get_peft_model
 
-            model = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=16))
+            model = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_tokens))
         elif setup.method == "freeze":
             model.requires_grad_(False)
             layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
@@ -249,7 +249,7 @@ def build_for(setup, attn: str | None = None):
     return model, (hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config)
 
 
-def run_program(setup, attn: str | None = None, steps: int = 3) -> Recorder:
+def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8, prefix_tokens: int = 16) -> Recorder:
     """The allocations of ``setup``'s whole run on one GPU, in order: the weights (one block per parameter, as
     ``from_config`` on the GPU makes them), DeepSpeed's ``initialize``, then ``steps`` steps in ``setup.launch``.
 
@@ -274,7 +274,7 @@ def run_program(setup, attn: str | None = None, steps: int = 3) -> Recorder:
     if setup.zero_stage == 3 or setup.offload_optimizer != "none" or setup.offload_param != "none":
         raise DsdoctorError("the allocator replay models ZeRO-0/1/2 without offload; ZeRO-3 and offload are "
                             "estimated by the calibrated formulas only")
-    model, config = build_for(setup, attn)
+    model, config = build_for(setup, attn, lora_r, prefix_tokens)
     rec = Recorder()
     blocks = {}
     for p in list(model.parameters()) + list(model.buffers()):
@@ -340,14 +340,56 @@ def replay(recorder: Recorder, capacity: int | None = None):
     """The :class:`dsdoctor.checks.allocator.CachingAllocator` after ``recorder``'s events (its peaks: bytes).
 
     Raises:
-        dsdoctor.checks.allocator.OutOfMemory: the run does not fit in ``capacity`` bytes."""
-    from dsdoctor.checks.allocator import CachingAllocator
+        dsdoctor.checks.allocator.OutOfMemory: the run does not fit in ``capacity`` bytes; its ``phase`` attribute
+            names the phase (``initialize``, ``step1:backward``, ...) of the request that failed."""
+    from dsdoctor.checks.allocator import CachingAllocator, OutOfMemory
 
     sim = CachingAllocator(capacity)
     handles: dict[int, int] = {}
-    for action, key, nbytes in recorder.events:
-        if action == "a":
-            handles[key] = sim.malloc(nbytes)
-        elif key in handles:
-            sim.free(handles.pop(key))
+    marks = dict(recorder.marks)
+    phase = "build"
+    for i, (action, key, nbytes) in enumerate(recorder.events):
+        phase = marks.get(i, phase)
+        try:
+            if action == "a":
+                handles[key] = sim.malloc(nbytes)
+            elif key in handles:
+                sim.free(handles.pop(key))
+        except OutOfMemory as exc:
+            exc.phase = phase
+            raise
     return sim
+
+
+@dataclass
+class Replayed:
+    """What :func:`replay_setup` found: peak reserved and allocated bytes on one GPU (None when it ran out of
+    memory), the phase that ran out, the events replayed and the seconds it took."""
+
+    reserved: int | None
+    allocated: int | None
+    oom_phase: str | None
+    events: int
+    seconds: float
+
+
+def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lora_r: int = 8,
+                 prefix_tokens: int = 16) -> Replayed:
+    """:func:`run_program` of ``setup`` replayed through the allocator model with ``capacity`` bytes for the
+    caching allocator (the GPU's memory less the CUDA context; None: unlimited).
+
+    Raises:
+        DsdoctorError: what :func:`run_program` refuses."""
+    import time
+
+    from dsdoctor.checks.allocator import OutOfMemory
+    from dsdoctor.meta_count import _quiet
+
+    start = time.time()
+    with _quiet():
+        recorder = run_program(setup, attn=attn, lora_r=lora_r, prefix_tokens=prefix_tokens)
+    try:
+        sim = replay(recorder, capacity)
+    except OutOfMemory as exc:
+        return Replayed(None, None, exc.phase, len(recorder.events), time.time() - start)
+    return Replayed(sim.peak_reserved, sim.peak_allocated, None, len(recorder.events), time.time() - start)
