@@ -280,52 +280,82 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     for p in list(model.parameters()) + list(model.buffers()):
         if id(p) not in blocks:
             blocks[id(p)] = rec.alloc(p.numel() * p.element_size())
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is not None and embed is not None and head.weight is embed.weight:
+        # tied: the output projection's own weight, made by its nn.Linear, is freed when tie_weights() shares it
+        rec.free(rec.alloc(head.weight.numel() * head.weight.element_size()))
     trainable_params = [p for p in model.parameters() if p.requires_grad]
     n_world = setup.world_size if setup.zero_stage else 1
     psi = sum(p.numel() for p in trainable_params)
     part = -(-psi // n_world)
     wb = setup.weight_bytes
     rec.mark("initialize")
-    rec.alloc(wb * psi)  # the flat 16-bit copy
-    for p in trainable_params:
+    # the flat 16-bit copy; FP16_Optimizer (ZeRO-0) flattens clones of the parameters
+    # (_flatten_dense_tensors([p.clone().detach() ...])), ZeRO-1/2 the parameters themselves
+    clones = [rec.alloc(p.numel() * p.element_size()) for p in trainable_params] if not setup.zero_stage else []
+    rec.alloc(wb * psi)
+    for key in clones:
+        rec.free(key)
+    for p in trainable_params:  # the parameters become views of the flat copy
         rec.free(blocks[id(p)])
-    if setup.zero_stage:
-        clone = rec.alloc(wb * part)
-        rec.alloc(4 * part)  # fp32 master partition
-        rec.free(clone)
-        rec.free(rec.alloc(4 * part))  # initialize_optimizer_states' zero gradient
-    else:
-        rec.alloc(4 * psi)
-        zero_grad = rec.alloc(4 * psi)
-        rec.alloc(4 * psi)
-        rec.alloc(4 * psi)
-        rec.free(zero_grad)
-    state = {"bucket": None, "partition": None, "first": True, "grads": []}
+    clone = rec.alloc(wb * part)
+    rec.alloc(4 * part)  # fp32 master (partition)
+    rec.free(clone)
+    zero_grad = rec.alloc(4 * part)  # initialize_optimizer_states
+    if not setup.zero_stage:  # FP16_Optimizer steps once at construction: FusedAdam creates its moments
+        rec.alloc(4 * part)
+        rec.alloc(4 * part)
+    rec.free(zero_grad)
+    rbs = setup.reduce_bucket_size
+    state = {"bucket": None, "partition": None, "first": True, "grads": [], "in_bucket": 0}
+
+    def flush(r):
+        if state["partition"] is None:  # copy_grads_in_partition: at the first reduction
+            state["partition"] = r.alloc(wb * part)
+        state["in_bucket"] = 0
 
     def grad_hook(r, p):
         if setup.zero_stage == 2:
-            if state["bucket"] is None:
-                state["bucket"] = r.alloc(2 * setup.reduce_bucket_size)
-            if state["partition"] is None:
-                state["partition"] = r.alloc(wb * part)
+            if state["bucket"] is None:  # setup_buckets: at the first gradient
+                state["bucket"] = r.alloc(2 * rbs)
+            if state["in_bucket"] and state["in_bucket"] + p.numel() > rbs:
+                flush(r)
+            state["in_bucket"] += p.numel()
             p.grad = None
         else:
             state["grads"].append(p)
 
     def between(r, step):
-        if state["bucket"] is not None:
+        if setup.zero_stage == 2:
+            flush(r)
             r.free(state["bucket"])
             state["bucket"] = None
-        flat = r.alloc(wb * part)
-        fp32 = r.alloc(4 * part)
-        r.free(flat)
+        elif not setup.zero_stage:  # the engine's allreduce of the gradients, in buckets (allreduce_bucket)
+            filled = 0
+            for p in state["grads"]:
+                filled += p.numel()
+                if filled >= rbs:
+                    r.free(r.alloc(wb * filled))
+                    filled = 0
+            if filled:
+                r.free(r.alloc(wb * filled))
+        if setup.zero_stage:
+            flat = r.alloc(wb * part)
+            fp32 = r.alloc(4 * part)
+            r.free(flat)
+        else:  # FP16_Optimizer.step: each gradient in fp32, then flattened (fused_optimizer.py)
+            with_grads = {id(p) for p in state["grads"]}
+            singles = [r.alloc(4 * p.numel()) for p in trainable_params if id(p) in with_grads]  # in group order
+            fp32 = r.alloc(4 * part)
+            for key in singles:
+                r.free(key)
         if state["partition"] is not None:
             r.free(state["partition"])
             state["partition"] = None
         for p in state["grads"]:
             p.grad = None
         state["grads"].clear()
-        if state["first"] and setup.zero_stage:
+        if state["first"] and setup.zero_stage:  # FusedAdam's lazy state at the first step
             r.alloc(4 * part)
             r.alloc(4 * part)
         state["first"] = False
