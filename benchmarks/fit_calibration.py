@@ -5,7 +5,8 @@ judge them on the held-out ones (each set reported apart).
 
 Points: ``benchmarks/results/memory-accuracy/points`` (the engine loop keeping only the loss; a point is held out
 when its name starts with ``v``), ``benchmarks/results/memory-loops/points`` (round 2) and ``points-r3`` (round 3,
-run after the round-2 analysis and never looked at while choosing the features; held out as the point says).
+run after the round-2 analysis and never looked at while choosing the features; held out as the point says),
+``points-r4`` and ``points-r5`` (rounds 4 and 5, every point held out, run after the refit).
 The target of a point is its own measured slack, ``max_memory_reserved - max_memory_allocated``, so the fit does not
 absorb errors of the allocated terms; the judgement is the full estimate against NVML's peak "used" over the idle
 baseline (round 2 and 3) or the process's NVML "used" (memory-accuracy). Points that ran out of memory have no
@@ -26,7 +27,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 GIB = 2 ** 30
 ROUNDS = {"accuracy": HERE / "results/memory-accuracy/points", "loops-r2": HERE / "results/memory-loops/points",
-          "loops-r3": HERE / "results/memory-loops/points-r3"}
+          "loops-r3": HERE / "results/memory-loops/points-r3", "loops-r4": HERE / "results/memory-loops/points-r4",
+          "loops-r5": HERE / "results/memory-loops/points-r5"}
 
 
 def load() -> list[dict]:

@@ -326,7 +326,7 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
             state["grads"].append(p)
 
     def between(r, step):
-        if setup.zero_stage == 2:
+        if setup.zero_stage == 2 and state["bucket"] is not None:  # (no gradient reached a hook: no bucket)
             flush(r)
             r.free(state["bucket"])
             state["bucket"] = None

@@ -484,7 +484,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     if setup.offload_param != "none":
         notes.append("parameter offload: the allocator slack it adds (allocator_slack) is fitted on one H200 run "
                      "(Qwen3-1.7B); on three held-out runs the estimate was 4% under to 26% over what nvidia-smi "
-                     "showed (benchmarks/results/memory-loops/calibration-fit.txt)")
+                     "showed (benchmarks/results/memory-loops/calibration-fit.txt). Why it is not modelled: "
+                     "DeepSpeed fetches and offloads on side streams, whose blocks the caching allocator does not "
+                     "share, and the same run reserved 29.6 and 30.8 GiB on two tries "
+                     "(benchmarks/results/memory-loops/allocator-replay.txt)")
     rates, rates_source = rates_for(hw.gpu)
     report = Report("estimate")
 

@@ -1,0 +1,65 @@
+"""A held-out round against the predictions written before its GPU run: the replay (estimate --replay) and the
+calibrated formulas (estimate) against what nvidia-smi showed, and the out-of-memory verdicts.
+
+    python benchmarks/heldout_report.py benchmarks/results/memory-loops/points-r4
+
+The folder holds the run's records (memory_loops.py) and ``predictions-before-the-run.jsonl``: one JSON line per
+point with the calibrated total, the replayed reserved bytes (or the phase the replay ran out of memory in) and
+the CUDA context, from the code as committed before the run came back (its header line names the commit).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+GIB = 2 ** 30
+
+
+def main(folder: Path) -> None:
+    lines = (folder / "predictions-before-the-run.jsonl").read_text().splitlines()
+    header = [line for line in lines if line.startswith("#")]
+    pred = {d["name"]: d for d in (json.loads(line) for line in lines if line.startswith("{"))}
+    print(f"# python benchmarks/heldout_report.py {folder}")
+    print("\n".join(header))
+    print("\n| point | loop | NVML GiB | replay GiB | error | calibrated GiB | error | OOM: measured / replay / "
+          "calibrated |")
+    print("|---|---|---|---|---|---|---|---|")
+    rep, cal, verdicts = [], [], []
+    for path in sorted(folder.glob("*.json")):
+        r = json.loads(path.read_text())
+        point = r["point"]
+        p = pred[point["name"]]
+        if r.get("failed"):
+            errors = [line for line in r.get("stderr", "").splitlines() if "Error" in line]
+            why = errors[-1].split("]:")[-1].strip()[:140] if errors else "timeout"
+            print(f"| {point['name']} | {point.get('loop')} | (failed before training: {why}) |||||")
+            continue
+        nvml, oom = r["nvml_peak_over_baseline"], r["oom"]
+        replay_total = None if p["replay_reserved"] is None else p["replay_reserved"] + p["context"]
+        cal_oom = p["calibrated_total"] > r["gpu_total"]
+        verdicts.append(((replay_total is None) == oom, cal_oom == oom))
+        cells = [point["name"], point.get("loop", ""), f"{nvml / GIB:.2f}"]
+        if oom or replay_total is None:
+            cells += [f"OOM in {p['replay_oom']}" if replay_total is None else f"{replay_total / GIB:.2f}", "",
+                      f"{p['calibrated_total'] / GIB:.2f}", ""]
+        else:
+            e1, e2 = (replay_total - nvml) / nvml, (p["calibrated_total"] - nvml) / nvml
+            rep.append(abs(e1))
+            cal.append(abs(e2))
+            cells += [f"{replay_total / GIB:.2f}", f"{100 * e1:+.1f}%", f"{p['calibrated_total'] / GIB:.2f}",
+                      f"{100 * e2:+.1f}%"]
+        cells.append(f"{oom}{' (' + r['peak_phase'] + ')' if oom else ''} / {replay_total is None} / {cal_oom}")
+        print("| " + " | ".join(cells) + " |")
+    for name, errs, k in (("replay", rep, 0), ("calibrated", cal, 1)):
+        if errs:
+            print(f"\n{name}: |error| against NVML on the {len(errs)} that ran: median "
+                  f"{100 * statistics.median(errs):.1f}%, max {100 * max(errs):.1f}%, within 5%: "
+                  f"{sum(e <= 0.05 for e in errs)}/{len(errs)}; out-of-memory verdict right: "
+                  f"{sum(v[k] for v in verdicts)}/{len(verdicts)}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
