@@ -48,9 +48,11 @@ KNOWN_MISSES = {"v2-q15-full-z3-offload-both", "r3-phi3-full-z3-offboth-mb2-engi
                 "r3-l32-3b-full-z3-offboth-mb8-trainer"}
 #: Held-out points whose allocated peak is right but whose allocator slack is not: NVML 10.3% above the estimate
 #: (ZeRO-2 optimizer offload under the HF Trainer); 14.9% above it (Llama-3.2-1B full ZeRO-1 under the Trainer at
-#: micro batch 16: its 65.7 GiB allocated leave 20.9 GiB of slack the features do not see; `estimate --replay` is
-#: within 0.6%, tests/test_step_trace.py).
-SLACK_MISSES = {"r3-l32-3b-full-z2-offopt-mb8-trainer", "r4-l32-1b-full-z1-mb16-s2048-trainer"}
+#: micro batch 16: its 65.7 GiB allocated leave 20.9 GiB of slack the features do not see) and 8.3% (Llama-3.2-3B
+#: LoRA ZeRO-1 under the Trainer at micro batch 16); `estimate --replay` is within 0.6% on both
+#: (benchmarks/results/memory-loops/report-r4.md, report-r5.md).
+SLACK_MISSES = {"r3-l32-3b-full-z2-offopt-mb8-trainer", "r4-l32-1b-full-z1-mb16-s2048-trainer",
+                "r5-l32-3b-lora-z1-mb16-s2048-trainer"}
 ALL_POINTS = sorted(p for folder in ("memory-accuracy/points", "memory-loops/points", "memory-loops/points-r3",
                                      "memory-loops/points-r4", "memory-loops/points-r5")
                     for p in (Path(__file__).parents[1] / "benchmarks/results" / folder).glob("*.json"))
