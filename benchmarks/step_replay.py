@@ -25,7 +25,7 @@ def main() -> None:
     import fit_calibration
     from memory_loops import RAN_SDPA
 
-    from dsdoctor.checks.memory import cuda_context_bytes
+    from dsdoctor.checks.memory import cuda_context_bytes, estimate, verdict
     from dsdoctor.checks.step_trace import replay_setup
 
     only = None
@@ -35,8 +35,8 @@ def main() -> None:
     rows = {"fit": [], "held-out": []}
     print("# python benchmarks/step_replay.py   (every measured point of ZeRO-0/1/2 without offload)")
     print("| round | point | loop | measured reserved GiB | replay GiB | error | allocated GiB | replay allocated GiB "
-          "| OOM measured / replayed | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| OOM measured / replayed | verdict | seconds |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for point in fit_calibration.load():
         setup = point["setup"]
         if only and point["name"] not in only:
@@ -47,21 +47,27 @@ def main() -> None:
         attn = RAN_SDPA.get(setup.arch.config.get("model_type"))
         r = replay_setup(setup, capacity, attn=attn)
         oom_model = r.reserved is None
+        # the verdict estimate --replay gives: the replayed total, or (out of memory) the calibrated one, at least
+        # past the card; MEM502's band (8% either side) is a warning, right either way
+        total = max(estimate(setup).total, point["gpu_total"] + 1) if oom_model else r.reserved + cuda_context_bytes(setup)
+        kind = verdict(total, point["gpu_total"])
         err = None if oom_model or point["oom"] or not point["reserved"] else \
             (r.reserved - point["reserved"]) / point["reserved"]
-        rows["held-out" if point["held"] else "fit"].append((point, r, err))
+        rows["held-out" if point["held"] else "fit"].append((point, r, err, kind))
         print(f"| {point['round']} | {point['name']} | {setup.launch} | "
               f"{(point['reserved'] or 0) / GIB:.2f} | {(r.reserved or 0) / GIB:.2f} | "
               f"{'' if err is None else f'{100 * err:+.1f}%'} | {(point['allocated'] or 0) / GIB:.2f} | "
               f"{(r.allocated or 0) / GIB:.2f} | {point['oom']} / {oom_model}"
-              f"{' (' + r.oom_phase + ')' if r.oom_phase else ''} | {r.seconds:.1f} |", flush=True)
+              f"{' (' + r.oom_phase + ')' if r.oom_phase else ''} | {kind} | {r.seconds:.1f} |", flush=True)
     for group, items in rows.items():
-        errs = [abs(e) for _, _, e in items if e is not None]
-        right = sum((r.reserved is None) == p["oom"] for p, r, _ in items)
+        errs = [abs(e) for _, _, e, _ in items if e is not None]
+        right = sum((r.reserved is None) == p["oom"] for p, r, _, _ in items)
+        verdicts = sum(k == "tight" or (k == "no") == p["oom"] for p, _, _, k in items)
         if errs:
             print(f"\n{group}: |error| on the {len(errs)} that ran: median {100 * statistics.median(errs):.1f}%, "
                   f"max {100 * max(errs):.1f}%, within 5%: {sum(e <= 0.05 for e in errs)}/{len(errs)}; "
-                  f"out of memory right: {right}/{len(items)}")
+                  f"out of memory right: {right}/{len(items)}; verdict (fits / tight: a warning either way / no) right: "
+                  f"{verdicts}/{len(items)}, {sum(k == 'tight' for *_, k in items)} tight")
 
 
 if __name__ == "__main__":

@@ -307,26 +307,41 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         rec.alloc(4 * part)
     rec.free(zero_grad)
     rbs = setup.reduce_bucket_size
-    state = {"bucket": None, "partition": None, "first": True, "grads": [], "in_bucket": 0}
+    state = {"bucket": None, "partition": None, "first": True, "grads": [], "in_bucket": 0, "large": []}
 
-    def flush(r):
-        if state["partition"] is None:  # copy_grads_in_partition: at the first reduction
+    def flush(r):  # reduce_ipg_grads: the bucket's gradients copied into the partition (copy_grads_in_partition)
+        if state["in_bucket"] and state["partition"] is None:
             state["partition"] = r.alloc(wb * part)
+        for p in state["large"]:
+            p.grad = None
+        state["large"].clear()
         state["in_bucket"] = 0
 
-    def grad_hook(r, p):
-        if setup.zero_stage == 2:
-            if state["bucket"] is None:  # setup_buckets: at the first gradient
-                state["bucket"] = r.alloc(2 * rbs)
-            if state["in_bucket"] and state["in_bucket"] + p.numel() > rbs:
-                flush(r)
-            state["in_bucket"] += p.numel()
+    def reduce_param(r, p):  # reduce_independent_p_g_buckets_and_remove_grads
+        if state["bucket"] is None:  # setup_buckets: at the first gradient
+            state["bucket"] = r.alloc(2 * rbs)
+        if state["in_bucket"] + p.numel() > rbs:
+            flush(r)
+        if p.numel() > rbs:  # an oversized gradient bypasses the bucket: kept to the next flush
+            state["large"].append(p)
+        else:  # copied into the bucket, its own block freed
             p.grad = None
+        state["in_bucket"] += p.numel()
+
+    def grad_hook(r, p):
+        if setup.zero_stage == 2:  # as each gradient is accumulated
+            reduce_param(r, p)
         else:
             state["grads"].append(p)
 
     def between(r, step):
-        if setup.zero_stage == 2 and state["bucket"] is not None:  # (no gradient reached a hook: no bucket)
+        if setup.zero_stage == 1:  # reduce_gradients at the end of backward, in the group's order
+            with_grads = {id(p) for p in state["grads"]}
+            for p in trainable_params:
+                if id(p) in with_grads:
+                    reduce_param(r, p)
+            state["grads"].clear()
+        if setup.zero_stage in (1, 2) and state["bucket"] is not None:  # the epilogue, then _release_ipg_buffers
             flush(r)
             r.free(state["bucket"])
             state["bucket"] = None
