@@ -390,6 +390,7 @@ def replay(recorder: Recorder, capacity: int | None = None):
     from dsdoctor.checks.allocator import CachingAllocator, OutOfMemory
 
     sim = CachingAllocator(capacity)
+    sim.peak_phase = "build"
     handles: dict[int, int] = {}
     marks = dict(recorder.marks)
     phase = "build"
@@ -397,7 +398,10 @@ def replay(recorder: Recorder, capacity: int | None = None):
         phase = marks.get(i, phase)
         try:
             if action == "a":
+                before = sim.peak_allocated
                 handles[key] = sim.malloc(nbytes)
+                if sim.peak_allocated > before:
+                    sim.peak_phase = phase
             elif key in handles:
                 sim.free(handles.pop(key))
         except OutOfMemory as exc:
@@ -409,13 +413,14 @@ def replay(recorder: Recorder, capacity: int | None = None):
 @dataclass
 class Replayed:
     """What :func:`replay_setup` found: peak reserved and allocated bytes on one GPU (None when it ran out of
-    memory), the phase that ran out, the events replayed and the seconds it took."""
+    memory), the phase that ran out, the events replayed, the seconds it took, the phase of the allocated peak."""
 
     reserved: int | None
     allocated: int | None
     oom_phase: str | None
     events: int
     seconds: float
+    peak_phase: str | None = None
 
 
 def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lora_r: int = 8,
@@ -437,4 +442,5 @@ def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lo
         sim = replay(recorder, capacity)
     except OutOfMemory as exc:
         return Replayed(None, None, exc.phase, len(recorder.events), time.time() - start)
-    return Replayed(sim.peak_reserved, sim.peak_allocated, None, len(recorder.events), time.time() - start)
+    return Replayed(sim.peak_reserved, sim.peak_allocated, None, len(recorder.events), time.time() - start,
+                    sim.peak_phase)

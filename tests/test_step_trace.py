@@ -108,7 +108,8 @@ def test_estimate_replay_reports_the_replayed_reserved_bytes():
     data = json.loads(result.output)["result"]
     replayed = data["replay"]
     assert replayed["reserved_bytes"] >= replayed["allocated_bytes"] > 1_200_000_000  # 0.6B bf16 weights at least
-    assert data["reserved_bytes"] == replayed["reserved_bytes"]
+    assert data["reserved_bytes"] == replayed["reserved_bytes"] and data["reserved_source"] == "replay"
+    assert replayed["peak_allocated_in"].startswith("step")
     assert data["per_gpu_bytes"]["total"] == replayed["reserved_bytes"] + data["per_gpu_bytes"]["cuda_context"]
 
 
@@ -119,3 +120,18 @@ def test_estimate_replay_of_what_it_does_not_model_says_so():
     data = json.loads(result.output)["result"]
     assert "replay" not in data
     assert any("ZeRO-3 and offload are not replayed" in note for note in data["notes"])
+
+
+def test_model_states_past_the_gpu_need_no_replay():
+    """Full fine-tuning of Qwen3-8B on 24 GiB: its model states (122 GiB) cannot be made at initialize, said at once
+    without building the model."""
+    import time
+
+    start = time.perf_counter()
+    result = CliRunner().invoke(cli, ["estimate", "--model", "qwen3-8b", "--method", "full", "--gpu-mem", "24",
+                                      "--replay", "--json", "-"])
+    assert time.perf_counter() - start < 5  # no transformers import, no trace (measured: 0.6 s)
+    data = json.loads(result.output)["result"]
+    assert result.exit_code == 1 and data["fits"] is False and data["reserved_source"] == "calibrated"
+    assert data["replay"]["out_of_memory_in"] == "initialize (the model states alone)"
+    assert data["replay"]["allocations"] == 0

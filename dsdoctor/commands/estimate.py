@@ -402,8 +402,10 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
 
 # --- the command ----------------------------------------------------------------------------------------------------
 
-def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world_source: str) -> None:
-    """The per-GPU table: every term at each moment of a step, the peak column marked, what is alive at the peak."""
+def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world_source: str,
+               replayed: bool = False) -> None:
+    """The per-GPU table: every term at each moment of a step, the peak column marked, what is alive at the peak.
+    ``replayed``: the slack is ``--replay``'s reserved peak less the allocated terms (labelled so)."""
     sources = {"weights": "2 bytes x parameters (x 1/N under ZeRO-3)", "gradients": "16-bit, partitioned from ZeRO-2",
                "optimizer_states": "Adam: fp32 master + 2 moments, 12 bytes x trainable / N",
                "optimizer_step": "fp32 gradient copies during the step",
@@ -414,6 +416,8 @@ def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world
                "deepspeed_buffers": "DeepSpeed's buckets: gradient reduction, ZeRO-3 gathered parameters, offload",
                "allocator_slack": "PyTorch caching allocator (fitted on an H200)",
                "cuda_context": "CUDA context, cuBLAS, NCCL (measured)"}
+    if replayed:
+        sources["allocator_slack"] = "--replay's reserved peak minus the allocated terms above (not fitted)"
     phases = list(est.phase_terms)
     peak = est.peak_phase
     rows = []
@@ -519,11 +523,15 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         "deepspeed_estimator_bytes": mem.deepspeed_estimator_bytes(setup),
         "accelerate_estimator_bytes": mem.accelerate_estimator_bytes(setup),
     }
+    result["reserved_source"] = "replay" if replayed is not None and replayed[1]["reserved_bytes"] else "calibrated"
     if replayed is not None:
         result["replay"] = replayed[1]
+        notes.append("--replay: the setups under 'What to change' and the largest micro batch that fits are the "
+                     "calibrated formulas' (not replayed); replay one with its own flags to check it")
     report.result = result
 
-    _breakdown(report, est, setup, method, result["model_states_bytes"], world_source)
+    _breakdown(report, est, setup, method, result["model_states_bytes"], world_source,
+               replayed=replayed is not None and replayed[1]["reserved_bytes"] is not None)
     host_labels = {"needed_per_node": f"needed_per_node ({mem.HOST_BUFFER_FACTOR} x offload_per_node for DeepSpeed's "
                                       "pinned buffers, + model_load_per_node)"}
     report.tables.append(("Host RAM, GiB", ["what", "GiB"],
@@ -616,23 +624,31 @@ def _replay(setup, est, gpu_bytes: int | None, lora_r: int, prefix_tokens: int, 
                      "code, never run), so its step cannot be run on the meta device; the figures are the "
                      "calibrated formulas'")
         return None
-    from dsdoctor.checks.step_trace import replay_setup
+    from dsdoctor.checks.step_trace import Replayed, replay_setup
 
     context = mem.cuda_context_bytes(setup)
     capacity = gpu_bytes - context if gpu_bytes else None
-    r = replay_setup(setup, capacity, attn=attn, lora_r=lora_r, prefix_tokens=prefix_tokens)
+    states = mem.model_state_bytes(setup)
+    states_bytes = sum(states[k] for k in ("weights", "gradients", "persistent_gradients", "optimizer_states"))
+    if capacity is not None and states_bytes > capacity:  # no step to replay: initialize cannot finish
+        r = Replayed(None, None, "initialize (the model states alone)", 0, 0.0)
+    else:
+        r = replay_setup(setup, capacity, attn=attn, lora_r=lora_r, prefix_tokens=prefix_tokens)
     info = {"reserved_bytes": r.reserved, "allocated_bytes": r.allocated, "out_of_memory_in": r.oom_phase,
-            "allocations": r.events, "seconds": round(r.seconds, 1), "capacity_bytes": capacity}
+            "peak_allocated_in": r.peak_phase, "allocations": r.events, "seconds": round(r.seconds, 1),
+            "capacity_bytes": capacity}
     if r.reserved is None:
         notes.append(f"--replay: the replayed run runs out of the {gib(capacity)} GiB the caching allocator has "
-                     f"(the GPU less the CUDA context) in {r.oom_phase}; the figures are the calibrated formulas', "
-                     f"the verdict the replay's")
+                     f"(the GPU less the CUDA context) in {r.oom_phase}"
+                     + (f": {gib(states_bytes)} GiB of model states" if r.events == 0 else "")
+                     + "; the figures are the calibrated formulas', the verdict the replay's")
         return dc_replace(est, total=max(est.total, gpu_bytes + 1)), info
     terms = dict(est.terms)
     terms["allocator_slack"] = r.reserved - est.allocated
     notes.append(f"--replay: {r.events:,} allocations of 3 steps replayed through the caching allocator model "
                  f"({r.seconds:.1f} s): peak reserved {gib(r.reserved)} GiB, peak allocated {gib(r.allocated)} GiB "
-                 f"(the formulas: {gib(est.allocated)} GiB); allocator_slack is the replay's")
+                 f"in {r.peak_phase} (the formulas' allocated terms: {gib(est.allocated)} GiB); total = the replayed "
+                 f"reserved + the CUDA context, and allocator_slack = the replayed reserved - the allocated terms")
     return dc_replace(est, terms=terms, reserved=r.reserved, total=r.reserved + context), info
 
 
