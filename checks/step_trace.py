@@ -254,18 +254,23 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     ``from_config`` on the GPU makes them), DeepSpeed's ``initialize``, then ``steps`` steps in ``setup.launch``.
 
     DeepSpeed's blocks, mirrored from ``deepspeed/runtime/zero/stage_1_and_2.py`` (ZeRO-1/2) and
-    ``runtime/fp16/fused_optimizer.py`` (ZeRO-0 with bf16/fp16), Ψ_t the trainable parameters, N the world size:
+    ``runtime/fp16/fused_optimizer.py`` (ZeRO-0 with bf16/fp16), Ψ_t the trainable parameters, N the world size
+    (checked against six H200 runs' own allocator traces, benchmarks/results/memory-loops/trace-t5):
 
-    - ``initialize``: the flat 16-bit copy of the trainable parameters (2Ψ_t; the parameters become views of it,
-      their own blocks freed); ZeRO-1/2: a 16-bit clone of the partition turned into the fp32 master (4Ψ_t/N) and a
-      zero fp32 gradient (``initialize_optimizer_states``, freed); ZeRO-0: the fp32 master (4Ψ_t), a zero fp32
-      gradient and Adam's moments (2 x 4Ψ_t, created by the optimizer's first step at construction);
-    - each backward: ZeRO-2 copies each gradient, as it is accumulated, into the reduction bucket
-      (``reduce_bucket_size`` elements x 2 bytes, ``setup_buckets``, released at the end of backward) and then into
-      the gradient partition (2Ψ_t/N, ``copy_grads_in_partition``), and drops it; ZeRO-0/1 keep the gradients to
-      the step;
-    - each step: the partition's gradients flattened (2Ψ_t/N) and cast to fp32 (4Ψ_t/N), the 16-bit ones freed;
-      ZeRO-1/2's first step creates Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient freed.
+    - the weights: one block per parameter; a tied output projection's own weight made and freed (``tie_weights``);
+    - ``initialize``: the flat 16-bit copy of the trainable parameters (2Ψ_t; ZeRO-0 flattens clones of them); the
+      parameters become views of it, their own blocks freed; a 16-bit clone of the partition turned into the fp32
+      master (4Ψ_t/N) and a zero fp32 gradient (``initialize_optimizer_states``, freed); ZeRO-0 also makes Adam's
+      moments there (2 x 4Ψ_t: FP16_Optimizer steps once at construction);
+    - each backward: the reduction bucket (``reduce_bucket_size`` elements x 2 bytes, ``setup_buckets``) at the first
+      gradient; each gradient copied into it and its own block freed (one larger than the bucket is kept to the next
+      flush); a full bucket flushed into the gradient partition (2Ψ_t/N, ``copy_grads_in_partition``, made at the
+      first flush). ZeRO-2 does this in the gradient hooks, ZeRO-1 at the end of backward in the group's order;
+      the bucket is released at the end. ZeRO-0 keeps the gradients and allreduces them in buckets
+      (``engine.allreduce_bucket``: transient flat copies);
+    - each step: ZeRO-1/2 flatten the partition's gradients (2Ψ_t/N) and cast them to fp32 (4Ψ_t/N), freeing the
+      16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them (4Ψ_t); the first step of ZeRO-1/2 creates
+      Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient is freed.
 
     Raises:
         DsdoctorError: ZeRO-3 or offload (not modelled here), or a config transformers cannot build."""
