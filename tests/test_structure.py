@@ -214,6 +214,9 @@ def test_what_the_formulas_do_not_model_is_named():
     ({"model_type": "t5"}, "'t5' is not a decoder-only language model"),
     ({"model_type": "qwen3", "hidden_size": "64", "intermediate_size": 64, "num_hidden_layers": 2,
       "num_attention_heads": 4, "vocab_size": 100}, "hidden_size"),
+    # found by tests/test_fuzz_estimate.py: a causal LM without attention (Mamba) given attention keys
+    ({"model_type": "mamba", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_key_value_heads": 2, "vocab_size": 100}, "has no attention heads in its config"),
 ])
 def test_a_config_transformers_cannot_build_gets_one_line(tmp_path, monkeypatch, config, message):
     from click.testing import CliRunner

@@ -348,8 +348,11 @@ def describe(model, hf_config) -> dict:
     model_type = hf_config.model_type
     if hasattr(hf_config, "get_text_config"):  # a multimodal config: the language model's sizes
         hf_config = hf_config.get_text_config()
-    hidden = int(_attr(hf_config, "hidden_size", "n_embd", "d_model"))
-    heads = int(_attr(hf_config, "num_attention_heads", "n_head", "num_heads"))
+    hidden = _attr(hf_config, "hidden_size", "n_embd", "d_model")
+    heads = _attr(hf_config, "num_attention_heads", "n_head", "num_heads")
+    if not (isinstance(hidden, int) and isinstance(heads, int) and hidden > 0 and heads > 0):
+        raise DsdoctorError(f"{type(model).__name__} ({model_type}) has no attention heads in its config: dsdoctor's "
+                            f"formulas count decoder transformers, not this architecture (a state-space model?)")
     kv_heads = int(_attr(hf_config, "num_key_value_heads", "multi_query_group_num", default=heads))
     head_dim = int(_attr(hf_config, "head_dim", default=hidden // heads))
     num_experts = _attr(hf_config, *_EXPERTS_KEYS)
