@@ -13,7 +13,8 @@ storage's last user is gone). What the meta device cannot run the way CUDA does 
   and, for the kernel's own workspace, one transient block of b x heads x s x (2 head_dim + 1) x 4 bytes, as
   measured on an H200 (torch 2.11, benchmarks/results/memory-loops/trace-t5, Qwen3-8B shape: 128.5 MiB at b=2,
   s=2048);
-- dropout: CUDA's ``native_dropout`` keeps a bool mask (the meta decomposition an fp32 one);
+- dropout: CUDA's ``native_dropout``, which keeps a bool mask (off CUDA, ``F.dropout`` decomposes into a mask of
+  the input's dtype and a multiply);
 - a data-dependent branch (``Tensor.item()``) reads 1 / True: transformers asks only whether a mask or a packed
   sequence is needed, and with no attention mask it is not.
 
@@ -35,7 +36,9 @@ class Recorder:
     events: list[tuple[str, int, int]] = field(default_factory=list)
     #: (index into events, phase name): where each phase (``stepN:forward`` / ``:backward`` / ``:step``) begins
     marks: list[tuple[int, str]] = field(default_factory=list)
-    _live: dict[int, list[int]] = field(default_factory=dict)
+    _live: dict[int, list[int]] = field(default_factory=dict)  # storage key -> [bytes, tensors alive on it]
+    _synthetic: dict[int, int] = field(default_factory=dict)  # key -> bytes of a block made by alloc, not freed
+    _external: set[int] = field(default_factory=set)  # storages made before the recording
     _next: int = -1
 
     def mark(self, name: str) -> None:
@@ -45,19 +48,13 @@ class Recorder:
         """A synthetic block of ``nbytes``; its key (negative, never a storage's)."""
         key = self._next
         self._next -= 1
+        self._synthetic[key] = int(nbytes)
         self.events.append(("a", key, int(nbytes)))
         return key
 
     def free(self, key: int) -> None:
-        for action, k, nbytes in reversed(self.events):
-            if k == key and action == "a":
-                self.events.append(("f", key, nbytes))
-                return
-        raise KeyError(key)
-
-    _external: set = field(default_factory=set)
-    op: str = ""
-    ops: dict = field(default_factory=dict)
+        """Free a block :meth:`alloc` made. Raises KeyError for one not made or already freed."""
+        self.events.append(("f", key, self._synthetic.pop(key)))
 
     def external(self, tensor) -> None:
         """A tensor made before the recording (a weight, a buffer): views of it are not allocations."""
@@ -73,7 +70,6 @@ class Recorder:
             entry = self._live[key] = [int(storage.nbytes()), 0]
             if entry[0]:
                 self.events.append(("a", key, entry[0]))
-                self.ops[len(self.events) - 1] = self.op
         entry[1] += 1
         weakref.finalize(tensor, self._drop, key)
 
@@ -97,9 +93,8 @@ def _mode(recorder: Recorder):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default:
                 return True if args[0].dtype == torch.bool else 1
-            recorder.op = str(func)
-            if func is torch.ops.aten.native_dropout.default and args[0].device.type == "meta":
-                # CUDA's kernel: the output and a bool mask (the meta/CPU decomposition keeps an fp32 one)
+            if func is torch.ops.aten.native_dropout.default:
+                # CUDA's kernel: the output and a bool mask
                 out = (torch.empty_like(args[0]), torch.empty_like(args[0], dtype=torch.bool))
             else:
                 out = func(*args, **(kwargs or {}))
@@ -157,7 +152,7 @@ def cuda_kernels():
         torch.nn.functional.dropout = original_dropout
 
 
-def trace_steps(model, micro_batch: int, seq_len: int, vocab: int, steps: int = 3, loop: str = "engine",
+def trace_steps(model, micro_batch: int, seq_len: int, steps: int = 3, loop: str = "engine",
                 recorder: Recorder | None = None, between_steps=None, grad_hook=None) -> Recorder:
     """Record ``steps`` training steps of ``model`` (built on the meta device) on random token ids of shape
     (micro_batch, seq_len), labels = inputs, in ``loop``:
@@ -206,47 +201,36 @@ def trace_steps(model, micro_batch: int, seq_len: int, vocab: int, steps: int = 
 # --- a whole run: the weights, DeepSpeed's ZeRO-0/1/2 buffers, the steps ----------------------------------------
 
 def build_for(setup, attn: str | None = None, lora_r: int = 8, prefix_tokens: int = 16):
-    """(model on the meta device with ``setup``'s method applied and cast to its precision, as DeepSpeed's
-    ``initialize`` casts it; the config object). ``attn``: an attention implementation to run instead of the
+    """The model on the meta device with ``setup``'s method applied and cast to its precision, as DeepSpeed's
+    ``initialize`` casts it. ``attn``: an attention implementation to run instead of the
     model's own (what another transformers version ran), set past transformers' check; its softcapping dropped for
     SDPA, as transformers 5.17's SDPA path did.
 
     Raises:
-        DsdoctorError: transformers cannot build the config (:func:`dsdoctor.models.structure.build_meta`)."""
+        DsdoctorError: transformers cannot build the config (:func:`dsdoctor.models.structure.build_meta`), or peft
+            refuses the method (:func:`dsdoctor.meta_count.apply_method`)."""
     import torch
 
     from dsdoctor.models.structure import build_meta
 
-    model, hf_config = build_meta(dict(setup.arch.config))
+    model, _ = build_meta(dict(setup.arch.config))
     if attn:
         for module in model.modules():
             if getattr(module, "config", None) is not None and hasattr(module.config, "_attn_implementation"):
                 module.config._attn_implementation_internal = attn
             if attn == "sdpa" and getattr(module, "attn_logit_softcapping", None) is not None:
                 module.attn_logit_softcapping = None
-    with torch.device("meta"):
-        if setup.method == "lora":
-            from peft import LoraConfig, get_peft_model
+    from dsdoctor.meta_count import apply_method
 
-            targets = list(setup.lora_targets) or None
-            model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=16,
-                                                     lora_dropout=setup.lora_dropout, target_modules=targets))
-        elif setup.method == "ptuning":
-            from peft import PrefixTuningConfig, get_peft_model
-
-            model = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_tokens))
-        elif setup.method == "freeze":
-            model.requires_grad_(False)
-            layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
-            for layer in layers[len(layers) - setup.freeze_last:]:
-                layer.requires_grad_(True)
+    model = apply_method(model, setup.method, lora_r=lora_r, lora_targets=setup.lora_targets,
+                         lora_dropout=setup.lora_dropout, freeze_last=setup.freeze_last, prefix_tokens=prefix_tokens)
     model.to({"bf16": torch.bfloat16, "fp16": torch.float16}.get(setup.precision, torch.float32))
     if setup.grad_ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if setup.method != "full":
             model.enable_input_require_grads()
     model.config.use_cache = False
-    return model, (hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config)
+    return model
 
 
 def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8, prefix_tokens: int = 16) -> Recorder:
@@ -279,7 +263,7 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     if setup.zero_stage == 3 or setup.offload_optimizer != "none" or setup.offload_param != "none":
         raise DsdoctorError("the allocator replay models ZeRO-0/1/2 without offload; ZeRO-3 and offload are "
                             "estimated by the calibrated formulas only")
-    model, config = build_for(setup, attn, lora_r, prefix_tokens)
+    model = build_for(setup, attn, lora_r, prefix_tokens)
     rec = Recorder()
     blocks = {}
     for p in list(model.parameters()) + list(model.buffers()):
@@ -382,12 +366,13 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         r.free(fp32)
 
     loop = "engine" if setup.launch == "engine" else "engine-loss"
-    return trace_steps(model, setup.micro_batch, setup.seq_len, config.vocab_size, steps=steps, loop=loop,
+    return trace_steps(model, setup.micro_batch, setup.seq_len, steps=steps, loop=loop,
                        recorder=rec, between_steps=between, grad_hook=grad_hook)
 
 
 def replay(recorder: Recorder, capacity: int | None = None):
-    """The :class:`dsdoctor.checks.allocator.CachingAllocator` after ``recorder``'s events (its peaks: bytes).
+    """(the :class:`dsdoctor.checks.allocator.CachingAllocator` after ``recorder``'s events: its peaks in bytes, the
+    phase in which its allocated peak fell).
 
     Raises:
         dsdoctor.checks.allocator.OutOfMemory: the run does not fit in ``capacity`` bytes; its ``phase`` attribute
@@ -395,24 +380,22 @@ def replay(recorder: Recorder, capacity: int | None = None):
     from dsdoctor.checks.allocator import CachingAllocator, OutOfMemory
 
     sim = CachingAllocator(capacity)
-    sim.peak_phase = "build"
     handles: dict[int, int] = {}
     marks = dict(recorder.marks)
-    phase = "build"
+    phase = peak_phase = "build"
     for i, (action, key, nbytes) in enumerate(recorder.events):
         phase = marks.get(i, phase)
         try:
             if action == "a":
-                before = sim.peak_allocated
                 handles[key] = sim.malloc(nbytes)
-                if sim.peak_allocated > before:
-                    sim.peak_phase = phase
+                if sim.allocated == sim.peak_allocated:
+                    peak_phase = phase
             elif key in handles:
                 sim.free(handles.pop(key))
         except OutOfMemory as exc:
             exc.phase = phase
             raise
-    return sim
+    return sim, peak_phase
 
 
 @dataclass
@@ -444,8 +427,8 @@ def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lo
     with _quiet():
         recorder = run_program(setup, attn=attn, lora_r=lora_r, prefix_tokens=prefix_tokens)
     try:
-        sim = replay(recorder, capacity)
+        sim, peak_phase = replay(recorder, capacity)
     except OutOfMemory as exc:
         return Replayed(None, None, exc.phase, len(recorder.events), time.time() - start)
     return Replayed(sim.peak_reserved, sim.peak_allocated, None, len(recorder.events), time.time() - start,
-                    sim.peak_phase)
+                    peak_phase)

@@ -150,22 +150,41 @@ def _meta_counts(config: dict, method: str, *, lora_r: int, lora_targets: tuple[
         raise DsdoctorError(f"transformers cannot build {model_type!r} from this config.json: "
                             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
     base = sum(p.numel() for p in model.parameters())
-    if method == "full":
-        return base, base
+    model = apply_method(model, method, lora_r=lora_r, lora_targets=lora_targets, freeze_last=freeze_last,
+                         prefix_tokens=prefix_tokens)
+    return base, sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def apply_method(model, method: str, *, lora_r: int = 8, lora_targets: tuple[str, ...] = (), lora_dropout: float = 0.0,
+                 freeze_last: int = 2, prefix_tokens: int = 16):
+    """``model`` (on the meta device) as ``method`` trains it: ``full`` as is; ``freeze``: only the last
+    ``freeze_last`` layers of its decoder layer list (the longest ``nn.ModuleList``) require grad; ``lora`` /
+    ``ptuning``: wrapped by peft (``LoraConfig``: ``lora_targets`` by name, ``("all-linear",)``, or peft's default
+    for the model type; ``PrefixTuningConfig``), built on the meta device. Returns the model to train (peft's wrapper
+    for LoRA and P-Tuning).
+
+    Raises:
+        DsdoctorError: peft refuses the config (no default targets for the model type, a target not found)."""
+    import torch
+
     if method == "freeze":
-        lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-        layers = max(lists, key=len)
-        return base, sum(p.numel() for layer in layers[len(layers) - freeze_last:] for p in layer.parameters())
+        layers = max((m for m in model.modules() if isinstance(m, torch.nn.ModuleList)), key=len)
+        model.requires_grad_(False)
+        for layer in layers[len(layers) - freeze_last:]:
+            layer.requires_grad_(True)
+        return model
+    if method not in ("lora", "ptuning"):
+        return model
     with torch.device("meta"):
         from peft import LoraConfig, PrefixTuningConfig, get_peft_model
 
         if method == "lora":
             targets = "all-linear" if tuple(lora_targets) == ("all-linear",) else (list(lora_targets) or None)
-            peft_config = LoraConfig(task_type="CAUSAL_LM", r=lora_r, target_modules=targets)
+            peft_config = LoraConfig(task_type="CAUSAL_LM", r=lora_r, lora_alpha=16, lora_dropout=lora_dropout,
+                                     target_modules=targets)
         else:
             peft_config = PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_tokens)
         try:
-            model = get_peft_model(model, peft_config)
-        except ValueError as exc:
+            return get_peft_model(model, peft_config)
+        except ValueError as exc:  # peft's NoMatchingPeftModuleError is one too
             raise DsdoctorError(f"peft: {str(exc).splitlines()[0][:200]}") from None
-    return base, sum(p.numel() for p in model.parameters() if p.requires_grad)

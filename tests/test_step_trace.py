@@ -98,7 +98,8 @@ def test_every_block_freed_was_allocated_and_the_step_is_steady():
 
     assert allocated("step2:forward", "step3:forward") == allocated("step3:forward", "step3:step") + \
         sum(n for action, _, n in rec.events[marks["step3:step"]:] if action == "a")
-    assert replay(rec).peak_reserved >= replay(rec).peak_allocated > 0
+    sim, peak_phase = replay(rec)
+    assert sim.peak_reserved >= sim.peak_allocated > 0 and peak_phase.startswith("step")
 
 
 def test_estimate_replay_reports_the_replayed_reserved_bytes():
@@ -135,3 +136,14 @@ def test_model_states_past_the_gpu_need_no_replay():
     assert result.exit_code == 1 and data["fits"] is False and data["reserved_source"] == "calibrated"
     assert data["replay"]["out_of_memory_in"] == "initialize (the model states alone)"
     assert data["replay"]["allocations"] == 0
+
+
+@pytest.mark.parametrize("flags", [["--lora-targets", "all-linear"], ["--attn", "flash"]])
+def test_replay_takes_the_flags_the_formulas_take(tmp_path, flags):
+    """peft's "all-linear" and transformers' flash attention (replayed as the flash kernel allocates), as the formulas
+    take them: both were internal errors under --replay."""
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    result = CliRunner().invoke(cli, ["estimate", "--model", str(tmp_path), "--method", "lora", "--gpu-mem", "80",
+                                      "--replay", *flags, "--json", "-"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["result"]["reserved_source"] == "replay"

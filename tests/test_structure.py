@@ -309,21 +309,28 @@ QWEN3_8B_AS_SAVED = {  # Qwen/Qwen3-8B config.json as the hub serves it: the reg
     "rms_norm_eps": 1e-06, "rope_scaling": None, "transformers_version": "4.51.0", "use_cache": True}
 
 
-def test_a_local_copy_of_a_registry_model_uses_the_shipped_structure_without_transformers(tmp_path):
-    """A user's local Qwen3-8B directory is the registry row as saved: counted from the shipped structure (0.5 s
-    cold instead of the meta build's 8-10 s: no torch or transformers import), the same numbers as the name."""
+def _resolved_in_a_fresh_process(tmp_path, config: dict) -> tuple[int, str, bool, bool]:
+    """(total parameters, source, whether torch was imported, whether transformers was) of ``resolve_arch`` on a
+    directory holding ``config``, in a fresh interpreter with an empty cache."""
     import subprocess
     import sys
 
-    from dsdoctor.models import REGISTRY
-
-    (tmp_path / "config.json").write_text(json.dumps({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED}))
+    (tmp_path / "config.json").write_text(json.dumps(config))
     code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
             "print(json.dumps([a.total_params, a.source, 'torch' in sys.modules, 'transformers' in sys.modules]))")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
                          check=True).stdout
-    total, source, torch_loaded, transformers_loaded = json.loads(out)
+    return tuple(json.loads(out))
+
+
+def test_a_local_copy_of_a_registry_model_uses_the_shipped_structure_without_transformers(tmp_path):
+    """A user's local Qwen3-8B directory is the registry row as saved: counted from the shipped structure (0.5 s
+    cold instead of the meta build's 8-10 s: no torch or transformers import), the same numbers as the name."""
+    from dsdoctor.models import REGISTRY
+
+    total, source, torch_loaded, transformers_loaded = _resolved_in_a_fresh_process(
+        tmp_path, {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED})
     assert total == resolve_arch("qwen3-8b").total_params == 8_190_735_360
     assert "= registry qwen3-8b" in source and not torch_loaded and not transformers_loaded
 
@@ -395,18 +402,9 @@ def test_what_the_rewrite_does_not_cover_is_left_to_the_meta_build(name, change)
 
 
 def test_a_local_checkpoint_with_added_tokens_is_counted_without_transformers(tmp_path):
-    import subprocess
-    import sys
-
     from dsdoctor.models import REGISTRY
 
-    (tmp_path / "config.json").write_text(json.dumps({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED,
-                                                      "vocab_size": 151_936 + 64}))
-    code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
-            "print(json.dumps([a.total_params, a.source, 'torch' in sys.modules, 'transformers' in sys.modules]))")
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
-                         check=True).stdout
-    total, source, torch_loaded, transformers_loaded = json.loads(out)
+    total, source, torch_loaded, transformers_loaded = _resolved_in_a_fresh_process(
+        tmp_path, {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED, "vocab_size": 151_936 + 64})
     assert total == 8_190_735_360 + 2 * 64 * 4096  # the embedding and the untied output projection each gain 64 rows
     assert "registry qwen3-8b's structure" in source and not torch_loaded and not transformers_loaded

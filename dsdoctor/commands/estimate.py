@@ -480,9 +480,10 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         grad_ckpt, values["precision"], extra, grad_accum=values["grad_accum"], launch=launch, attn=attn)
     est = mem.estimate(setup)
     states = mem.model_state_bytes(setup)
+    states_bytes = sum(states[k] for k in ("weights", "gradients", "persistent_gradients", "optimizer_states"))
     arch = setup.arch
     gpu_bytes = hw.memory_bytes
-    replayed = _replay(setup, est, gpu_bytes, lora_r, prefix_tokens, attn, notes) if replay else None
+    replayed = _replay(setup, est, states_bytes, gpu_bytes, lora_r, prefix_tokens, attn, notes) if replay else None
     if replayed is not None:
         est = replayed[0]
     if setup.offload_param != "none":
@@ -509,8 +510,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
                   "grad_ckpt": setup.grad_ckpt, "precision": setup.precision,
                   "lora_targets": list(setup.lora_targets), "from_deepspeed_config": from_config},
         "per_gpu_bytes": per_gpu,
-        "model_states_bytes": sum(states[k] for k in ("weights", "gradients", "persistent_gradients",
-                                                      "optimizer_states")),
+        "model_states_bytes": states_bytes,
         "peak_phase": est.peak_phase, "phases_bytes": est.phases, "terms_by_phase_bytes": est.phase_terms,
         "allocated_bytes": est.allocated, "reserved_bytes": est.reserved,
         "host_bytes": est.host, "gpu_memory_bytes": gpu_bytes, "gpu_source": hw.memory_source,
@@ -606,10 +606,11 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     return report
 
 
-def _replay(setup, est, gpu_bytes: int | None, lora_r: int, prefix_tokens: int, attn: str | None,
-            notes: list[str]):
+def _replay(setup, est, states_bytes: int, gpu_bytes: int | None, lora_r: int, prefix_tokens: int,
+            attn: str | None, notes: list[str]):
     """``--replay``: (the estimate with the replayed reserved bytes as its allocator slack, the replay's facts for
-    the JSON) from :func:`dsdoctor.checks.step_trace.replay_setup`; None, with a note, where it does not apply."""
+    the JSON) from :func:`dsdoctor.checks.step_trace.replay_setup`; None, with a note, where it does not apply.
+    ``states_bytes``: the model states as the report counts them (past the GPU, nothing is replayed)."""
     from dataclasses import replace as dc_replace
 
     from dsdoctor.checks import memory as mem
@@ -628,12 +629,12 @@ def _replay(setup, est, gpu_bytes: int | None, lora_r: int, prefix_tokens: int, 
 
     context = mem.cuda_context_bytes(setup)
     capacity = gpu_bytes - context if gpu_bytes else None
-    states = mem.model_state_bytes(setup)
-    states_bytes = sum(states[k] for k in ("weights", "gradients", "persistent_gradients", "optimizer_states"))
     if capacity is not None and states_bytes > capacity:  # no step to replay: initialize cannot finish
         r = Replayed(None, None, "initialize (the model states alone)", 0, 0.0)
     else:
-        r = replay_setup(setup, capacity, attn=attn, lora_r=lora_r, prefix_tokens=prefix_tokens)
+        # --attn flash is transformers' flash_attention_2: it allocates as the flash kernel the replay runs for SDPA
+        r = replay_setup(setup, capacity, attn={"flash": "sdpa"}.get(attn, attn), lora_r=lora_r,
+                         prefix_tokens=prefix_tokens)
     info = {"reserved_bytes": r.reserved, "allocated_bytes": r.allocated, "out_of_memory_in": r.oom_phase,
             "peak_allocated_in": r.peak_phase, "allocations": r.events, "seconds": round(r.seconds, 1),
             "capacity_bytes": capacity}

@@ -569,18 +569,27 @@ NEUTRAL_KEYS = frozenset({"architectures", "transformers_version", "_name_or_pat
 def shipped_for(config: dict) -> tuple[str, dict] | None:
     """(registry name, shipped structure) when ``config`` is that registry row's config.json as saved: the same
     value for every key of the row but :data:`NEUTRAL_KEYS`, and only those besides (``attention_dropout`` too, when
-    0), their values as saved (:func:`_as_saved`). A
-    user's local copy of a registry model then needs no transformers import (the meta build costs 8-10 s cold on 2
-    cores, benchmarks/results/estimate-speed.txt). None otherwise."""
+    0), their values as saved (:func:`_as_saved`). A user's local copy of a registry model then needs no
+    transformers import (the meta build costs 8-10 s cold on 2 cores, benchmarks/results/estimate-speed.txt). None
+    otherwise."""
+    for name, _, desc in _rows_like(config, frozenset()):
+        return name, _as_saved(desc, config)
+    return None
+
+
+def _rows_like(config: dict, free: frozenset[str]):
+    """(registry name, its config.json values, shipped structure) of each row ``config`` equals on every key but
+    :data:`NEUTRAL_KEYS` and ``free``, with no key besides those (``attention_dropout`` too, when 0); a key the row
+    has must be given (a key left to transformers' default is not assumed to be the row's)."""
     from dsdoctor.models.registry import REGISTRY
 
-    extra = {k: v for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
+    extra = {k for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
     for name, (_, row) in REGISTRY.items():
-        if set(extra) <= set(row) and all(k in NEUTRAL_KEYS or k in config and config[k] == v for k, v in row.items()):
+        if extra <= set(row) | free and all(k in NEUTRAL_KEYS or k in free or k in config and config[k] == v
+                                            for k, v in row.items()):
             desc = shipped_structures().get(name)
             if desc is not None and desc.get("format") == FORMAT:
-                return name, _as_saved(desc, config)
-    return None
+                yield name, row, desc
 
 
 def _as_saved(desc: dict, config: dict) -> dict:
@@ -618,19 +627,9 @@ def scaled_for(config: dict) -> tuple[str, dict] | None:
     None when no row of the same model_type differs only so, when a layout the rewrite does not cover is met (several
     layer kinds, an embedding that is not V x w, a multimodal ``text_config``), or when the values are not
     positive integers: the caller then builds the model on the meta device."""
-    from dsdoctor.models.registry import REGISTRY
-
     if isinstance(config.get("text_config"), dict):
         return None
-    extra = {k for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
-    for name, (_, row) in REGISTRY.items():
-        desc = shipped_structures().get(name)
-        if desc is None or desc.get("format") != FORMAT or row.get("model_type") != config.get("model_type"):
-            continue
-        if not extra <= set(row) | SCALED_KEYS:
-            continue
-        if not all(k in NEUTRAL_KEYS or k in SCALED_KEYS or (k in config and config[k] == v) for k, v in row.items()):
-            continue
+    for name, row, desc in _rows_like(config, SCALED_KEYS):
         scaled = _rescale(desc, row, config)
         if scaled is not None:
             return name, _as_saved(scaled, config)
@@ -661,16 +660,12 @@ def _rescale(desc: dict, row: dict, config: dict) -> dict | None:
     head = desc["lm_head_params"]
     if not desc["tied"] and head % old_vocab:
         return None
-    out = json.loads(json.dumps(desc))
-    out["vocab_size"] = vocab
-    out["embedding_params"] = vocab * width
-    out["lm_head_params"] = head // old_vocab * vocab
     kind = desc["layers"][0]
-    out["layers"] = [kind] * layers
-    out["total_params"] = (desc["total_params"] + out["embedding_params"] - desc["embedding_params"]
-                           + out["lm_head_params"] - head
-                           + (layers - len(desc["layers"])) * desc["kinds"][kind]["params"])
-    return out
+    embedding, lm_head = vocab * width, head // old_vocab * vocab
+    return {**desc, "vocab_size": vocab, "embedding_params": embedding, "lm_head_params": lm_head,
+            "layers": [kind] * layers,  # the shipped dict is shared: its values are replaced, never changed
+            "total_params": (desc["total_params"] + embedding - desc["embedding_params"] + lm_head - head
+                             + (layers - len(desc["layers"])) * desc["kinds"][kind]["params"])}
 
 
 def _write_shipped() -> None:
