@@ -31,7 +31,7 @@ def replay(record: dict) -> dict:
     reserved = peak_reserved = segments = 0
     allocated = peak_allocated = 0
     sizes: dict[int, int] = {}
-    for _, action, addr, size, _ in events:
+    for _, action, addr, size, *_ in events:
         if action == "S" and size > K_SMALL_SIZE * 2:
             reserved += size
             segments += 1

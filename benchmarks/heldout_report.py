@@ -2,6 +2,7 @@
 calibrated formulas (estimate) against what nvidia-smi showed, and the out-of-memory verdicts.
 
     python benchmarks/heldout_report.py benchmarks/results/memory-loops/points-r4
+    python benchmarks/heldout_report.py predict benchmarks/memory_loops_grid_r6.json > .../predictions-before-the-run.jsonl
 
 The folder holds the run's records (memory_loops.py) and ``predictions-before-the-run.jsonl``: one JSON line per
 point with the calibrated total, the replayed reserved bytes (or the phase the replay ran out of memory in) and
@@ -16,6 +17,39 @@ import sys
 from pathlib import Path
 
 GIB = 2 ** 30
+
+
+def predict(grid_path: Path) -> None:
+    """The predictions file of a grid, from the code as it is now (run before the GPU run, committed with it)."""
+    import subprocess
+    import time
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from memory_loops import setup_of
+
+    from dsdoctor.checks.memory import cuda_context_bytes, estimate
+    from dsdoctor.checks.step_trace import replay_setup
+
+    gpu_total = 150_109_880_320  # the H200's total_memory, as torch reports it (points' gpu_total)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(f"# replay predictions for {grid_path}, made before its GPU run came back; code at {commit} "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    for point in json.loads(grid_path.read_text()):
+        setup = setup_of(point)
+        est = estimate(setup)
+        context = cuda_context_bytes(setup)
+        r = replay_setup(setup, gpu_total - context, attn=setup_attn(point))
+        print(json.dumps({"name": point["name"], "calibrated_total": est.total, "calibrated_allocated": est.allocated,
+                          "replay_reserved": r.reserved, "replay_allocated": r.allocated, "replay_oom": r.oom_phase,
+                          "context": context}), flush=True)
+
+
+def setup_attn(point: dict):
+    from memory_loops import RAN_SDPA
+
+    from dsdoctor.models import REGISTRY
+
+    return point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"])
 
 
 def main(folder: Path) -> None:
@@ -61,5 +95,7 @@ def main(folder: Path) -> None:
                   f"{sum(v[k] for v in verdicts)}/{len(verdicts)}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1:2] == ["predict"]:
+    predict(Path(sys.argv[2]))
+elif __name__ == "__main__":
     main(Path(sys.argv[1]))

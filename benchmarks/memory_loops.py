@@ -311,7 +311,8 @@ def trace_summary(snapshot: dict, top: int = 25) -> dict:
 def large_pool_events(snapshot: dict, smallest: int = 2 ** 20) -> dict:
     """The allocator's events on blocks and segments of at least ``smallest`` bytes (torch's large pool is requests
     above 1 MiB, ``c10/cuda/CUDACachingAllocator.cpp`` kSmallSize), for replaying in an allocator model: columns
-    ``time_us, action, addr, size, site`` (site: an index into ``sites``, :func:`_site` of the event's stack)."""
+    ``time_us, action, addr, size, site, stream`` (site: an index into ``sites``, :func:`_site` of the event's
+    stack; stream: the CUDA stream's handle, 0 the default stream)."""
     codes = {"alloc": "a", "free_completed": "f", "segment_alloc": "S", "segment_free": "F", "segment_map": "S",
              "segment_unmap": "F"}
     sites: dict[str, int] = {}
@@ -321,8 +322,8 @@ def large_pool_events(snapshot: dict, smallest: int = 2 ** 20) -> dict:
         if code is None or ev["size"] < smallest:
             continue
         site = sites.setdefault(_site(ev.get("frames")), len(sites))
-        rows.append([ev.get("time_us"), code, ev["addr"], ev["size"], site])
-    return {"columns": ["time_us", "action", "addr", "size", "site"], "rows": rows, "sites": list(sites)}
+        rows.append([ev.get("time_us"), code, ev["addr"], ev["size"], site, ev.get("stream", 0)])
+    return {"columns": ["time_us", "action", "addr", "size", "site", "stream"], "rows": rows, "sites": list(sites)}
 
 
 def run_grid(grid: list[dict], out_dir: Path, only: set[str] | None, timeout_s: int, budget_s: float) -> None:

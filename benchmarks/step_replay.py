@@ -29,11 +29,15 @@ def main() -> None:
     from dsdoctor.checks.step_trace import replay_setup
 
     only = None
+    which = "zero012"
     for a in sys.argv[1:]:
         if a.startswith("--only="):
             only = set(a.split("=", 1)[1].split(","))
+        elif a == "--zero3-offload":  # the ZeRO-3 and offload points instead
+            which = "zero3-offload"
     rows = {"fit": [], "held-out": []}
-    print("# python benchmarks/step_replay.py   (every measured point of ZeRO-0/1/2 without offload)")
+    print("# python benchmarks/step_replay.py " + " ".join(sys.argv[1:]) + "  (every measured point of "
+          + ("ZeRO-0/1/2 without offload)" if which == "zero012" else "ZeRO-3 or offload)"))
     print("| round | point | loop | measured reserved GiB | replay GiB | error | allocated GiB | replay allocated GiB "
           "| OOM measured / replayed | verdict | seconds |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -41,7 +45,8 @@ def main() -> None:
         setup = point["setup"]
         if only and point["name"] not in only:
             continue
-        if setup.zero_stage == 3 or setup.offloaded or setup.offload_param != "none":
+        z3_or_offload = setup.zero_stage == 3 or setup.offloaded or setup.offload_param != "none"
+        if z3_or_offload != (which == "zero3-offload"):
             continue
         capacity = point["gpu_total"] - cuda_context_bytes(setup)
         attn = RAN_SDPA.get(setup.arch.config.get("model_type"))

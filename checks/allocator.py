@@ -19,8 +19,12 @@ collection threshold, no ``roundup_power2_divisions``), one stream:
 - a segment goes back to CUDA only when ``cudaMalloc`` fails (then every free, unsplit segment is released and
   the request retried, ``release_cached_blocks``) or on ``torch.cuda.empty_cache()`` (:meth:`empty_cache`).
 
-Bytes throughout. Stream-ordered reuse (a block freed on one stream is not reused by another) is not modelled:
-one stream.
+Streams: a block belongs to the stream it was allocated on, and a free block is reused only by a request on that
+stream (the pools are ordered by stream first, ``BlockComparatorSize``); segments are never shared between streams.
+A block freed while another stream still uses it (``record_stream``) is taken as free at once: the deferral until
+that stream's events complete (``insert_events`` / ``process_events``) is not modelled.
+
+Bytes throughout.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class _Block:
     size: int
     segment: int  # the segment's base address
     small: bool
+    stream: int = 0
     allocated: bool = False
     prev: _Block | None = field(default=None, repr=False)
     next: _Block | None = field(default=None, repr=False)
@@ -71,7 +76,7 @@ class CachingAllocator:
 
     def __init__(self, capacity: int | None = None):
         self.capacity = capacity
-        self._free: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # pool -> sorted (size, addr)
+        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}  # pool -> sorted (stream, size, addr)
         self._blocks: dict[int, _Block] = {}  # addr -> block, allocated or free
         self._segments: dict[int, int] = {}  # base addr -> bytes
         self._next_addr = 1 << 40
@@ -80,15 +85,15 @@ class CachingAllocator:
 
     # -- pool bookkeeping
     def _insert_free(self, block: _Block) -> None:
-        bisect.insort(self._free[block.small], (block.size, block.addr))
+        bisect.insort(self._free[block.small], (block.stream, block.size, block.addr))
 
     def _remove_free(self, block: _Block) -> None:
         pool = self._free[block.small]
-        i = bisect.bisect_left(pool, (block.size, block.addr))
-        assert pool[i] == (block.size, block.addr)
+        i = bisect.bisect_left(pool, (block.stream, block.size, block.addr))
+        assert pool[i] == (block.stream, block.size, block.addr)
         del pool[i]
 
-    def _new_segment(self, size: int, small: bool) -> _Block:
+    def _new_segment(self, size: int, small: bool, stream: int = 0) -> _Block:
         if self.capacity is not None and self.reserved + size > self.capacity:
             self._release_free_segments()
             if self.reserved + size > self.capacity:
@@ -99,13 +104,13 @@ class CachingAllocator:
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         self.segment_allocs += 1
-        block = _Block(addr, size, addr, small)
+        block = _Block(addr, size, addr, small, stream=stream)
         self._blocks[addr] = block
         return block
 
     def _release_free_segments(self) -> None:
         for pool in (True, False):
-            for size, addr in list(self._free[pool]):
+            for _, size, addr in list(self._free[pool]):
                 block = self._blocks[addr]
                 if block.prev is None and block.next is None:  # a whole segment, free
                     self._remove_free(block)
@@ -113,23 +118,25 @@ class CachingAllocator:
                     self.reserved -= self._segments.pop(addr)
 
     # -- the allocator's interface
-    def malloc(self, size: int) -> int:
-        """Allocate ``size`` bytes; the block's address (the handle :meth:`free` takes).
+    def malloc(self, size: int, stream: int = 0) -> int:
+        """Allocate ``size`` bytes on ``stream`` (an id; 0 the default stream); the block's address (the handle
+        :meth:`free` takes).
 
         Raises:
             OutOfMemory: past ``capacity``."""
         size = round_size(size)
         small = size <= K_SMALL_SIZE
         pool = self._free[small]
-        i = bisect.bisect_left(pool, (size, -1))
-        if i < len(pool):
-            block = self._blocks[pool[i][1]]
+        i = bisect.bisect_left(pool, (stream, size, -1))
+        if i < len(pool) and pool[i][0] == stream:
+            block = self._blocks[pool[i][2]]
             del pool[i]
         else:
-            block = self._new_segment(allocation_size(size), small)
+            block = self._new_segment(allocation_size(size), small, stream)
         remaining = block.size - size
         if (remaining >= K_MIN_BLOCK) if small else (remaining > K_SMALL_SIZE):
-            rest = _Block(block.addr + size, remaining, block.segment, small, prev=block, next=block.next)
+            rest = _Block(block.addr + size, remaining, block.segment, small, stream=stream, prev=block,
+                          next=block.next)
             if block.next is not None:
                 block.next.prev = rest
             block.next = rest

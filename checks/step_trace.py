@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Recorder:
-    """Events in order: ``("a", key, bytes)`` / ``("f", key, bytes)``; synthetic blocks from :meth:`alloc` /
-    :meth:`free` (DeepSpeed's buffers, the weights) share the stream."""
+    """Events in order: ``("a", key, bytes)`` / ``("f", key, bytes)`` / ``("e", 0, 0)`` (``empty_cache``);
+    synthetic blocks from :meth:`alloc` / :meth:`free` (DeepSpeed's buffers, the weights) share the sequence. A block
+    allocated on a stream other than the default one has its stream id in ``streams``."""
 
     events: list[tuple[str, int, int]] = field(default_factory=list)
     #: (index into events, phase name): where each phase (``stepN:forward`` / ``:backward`` / ``:step``) begins
     marks: list[tuple[int, str]] = field(default_factory=list)
     _live: dict[int, list[int]] = field(default_factory=dict)  # storage key -> [bytes, tensors alive on it]
+    streams: dict[int, int] = field(default_factory=dict)  # key -> stream id, for blocks not on the default stream
     _synthetic: dict[int, int] = field(default_factory=dict)  # key -> bytes of a block made by alloc, not freed
     _external: set[int] = field(default_factory=set)  # storages made before the recording
     _next: int = -1
@@ -44,13 +46,20 @@ class Recorder:
     def mark(self, name: str) -> None:
         self.marks.append((len(self.events), name))
 
-    def alloc(self, nbytes: int) -> int:
-        """A synthetic block of ``nbytes``; its key (negative, never a storage's)."""
+    def alloc(self, nbytes: int, stream: int = 0) -> int:
+        """A synthetic block of ``nbytes`` on ``stream`` (0: the default stream); its key (negative, never a
+        storage's)."""
         key = self._next
         self._next -= 1
         self._synthetic[key] = int(nbytes)
+        if stream:
+            self.streams[key] = stream
         self.events.append(("a", key, int(nbytes)))
         return key
+
+    def empty_cache(self) -> None:
+        """``torch.cuda.empty_cache()`` at this point."""
+        self.events.append(("e", 0, 0))
 
     def free(self, key: int) -> None:
         """Free a block :meth:`alloc` made. Raises KeyError for one not made or already freed."""
@@ -260,9 +269,9 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         DsdoctorError: ZeRO-3 or offload (not modelled here), or a config transformers cannot build."""
     from dsdoctor.report import DsdoctorError
 
-    if setup.zero_stage == 3 or setup.offload_optimizer != "none" or setup.offload_param != "none":
-        raise DsdoctorError("the allocator replay models ZeRO-0/1/2 without offload; ZeRO-3 and offload are "
-                            "estimated by the calibrated formulas only")
+    if "nvme" in (setup.offload_optimizer, setup.offload_param):
+        raise DsdoctorError("the allocator replay models offload to the CPU, not to NVMe; NVMe offload is estimated "
+                            "by the calibrated formulas only")
     model = build_for(setup, attn, lora_r, prefix_tokens)
     rec = Recorder()
     blocks = {}
@@ -273,7 +282,11 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     if head is not None and embed is not None and head.weight is embed.weight:
         # tied: the output projection's own weight, made by its nn.Linear, is freed when tie_weights() shares it
         rec.free(rec.alloc(head.weight.numel() * head.weight.element_size()))
+    loop = "engine" if setup.launch == "engine" else "engine-loss"
+    if setup.zero_stage == 3:
+        return _run_zero3(setup, model, rec, blocks, steps, loop)
     trainable_params = [p for p in model.parameters() if p.requires_grad]
+    offload = setup.offloaded
     n_world = setup.world_size if setup.zero_stage else 1
     psi = sum(p.numel() for p in trainable_params)
     part = -(-psi // n_world)
@@ -288,18 +301,28 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     for p in trainable_params:  # the parameters become views of the flat copy
         rec.free(blocks[id(p)])
     clone = rec.alloc(wb * part)
-    rec.alloc(4 * part)  # fp32 master (partition)
+    if not offload:
+        rec.alloc(4 * part)  # fp32 master (partition); under offload it is made on the host from the clone
     rec.free(clone)
-    zero_grad = rec.alloc(4 * part)  # initialize_optimizer_states
-    if not setup.zero_stage:  # FP16_Optimizer steps once at construction: FusedAdam creates its moments
-        rec.alloc(4 * part)
-        rec.alloc(4 * part)
-    rec.free(zero_grad)
+    if offload:  # temp_grad_buffer_for_gpu_offload: the largest parameter, kept
+        rec.alloc(wb * max((p.numel() for p in trainable_params), default=0))
+    else:
+        zero_grad = rec.alloc(4 * part)  # initialize_optimizer_states
+        if not setup.zero_stage:  # FP16_Optimizer steps once at construction: FusedAdam creates its moments
+            rec.alloc(4 * part)
+            rec.alloc(4 * part)
+        rec.free(zero_grad)
     rbs = setup.reduce_bucket_size
-    state = {"bucket": None, "partition": None, "first": True, "grads": [], "in_bucket": 0, "large": []}
+    state = {"bucket": None, "partition": None, "first": True, "grads": [], "in_bucket": 0, "large": [], "sizes": []}
 
     def flush(r):  # reduce_ipg_grads: the bucket's gradients copied into the partition (copy_grads_in_partition)
-        if state["in_bucket"] and state["partition"] is None:
+        if offload:  # copy_grads_in_partition, per gradient: its norm in fp64 (set_norm_for_param_grad_in_gpu),
+            # then a cast to fp32 copied to the host (async_inplace_copy_grad_to_fp32_buffer_from_gpu)
+            for numel in state["sizes"]:
+                r.free(r.alloc(8 * -(-numel // n_world)))
+                r.free(r.alloc(4 * -(-numel // n_world)))
+            state["sizes"].clear()
+        elif state["in_bucket"] and state["partition"] is None:
             state["partition"] = r.alloc(wb * part)
         for p in state["large"]:
             p.grad = None
@@ -316,6 +339,7 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         else:  # copied into the bucket, its own block freed
             p.grad = None
         state["in_bucket"] += p.numel()
+        state["sizes"].append(p.numel())
 
     def grad_hook(r, p):
         if setup.zero_stage == 2:  # as each gradient is accumulated
@@ -343,7 +367,9 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
                     filled = 0
             if filled:
                 r.free(r.alloc(wb * filled))
-        if setup.zero_stage:
+        if offload:  # the host's Adam; the updated 16-bit partition is copied back into the flat buffer
+            fp32 = None
+        elif setup.zero_stage:
             flat = r.alloc(wb * part)
             fp32 = r.alloc(4 * part)
             r.free(flat)
@@ -359,15 +385,34 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         for p in state["grads"]:
             p.grad = None
         state["grads"].clear()
-        if state["first"] and setup.zero_stage:  # FusedAdam's lazy state at the first step
+        if state["first"] and setup.zero_stage and not offload:  # FusedAdam's lazy state at the first step
             r.alloc(4 * part)
             r.alloc(4 * part)
         state["first"] = False
-        r.free(fp32)
+        if fp32 is not None:
+            r.free(fp32)
 
-    loop = "engine" if setup.launch == "engine" else "engine-loss"
     return trace_steps(model, setup.micro_batch, setup.seq_len, steps=steps, loop=loop,
                        recorder=rec, between_steps=between, grad_hook=grad_hook)
+
+
+def _run_zero3(setup, model, rec: Recorder, blocks: dict, steps: int, loop: str) -> Recorder:
+    """ZeRO-3's run (:mod:`dsdoctor.checks.zero3_program`) around the recorded steps."""
+    from dsdoctor.checks import zero3_program as z3
+
+    state = z3.initialize(setup, model, rec, blocks)
+    gatherer, handles = None, []
+    if setup.world_size > 1 or setup.offload_param != "none":
+        gatherer = z3.Gatherer(rec, setup.world_size, setup.weight_bytes, setup.prefetch_bucket_size,
+                               setup.max_live_parameters, setup.max_reuse_distance)
+        handles = z3.install_gather_hooks(model, gatherer)
+    try:
+        return trace_steps(model, setup.micro_batch, setup.seq_len, steps=steps, loop=loop, recorder=rec,
+                           between_steps=lambda r, step: z3.step(setup, state, r, gatherer),
+                           grad_hook=z3.grad_hook(setup, state))
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def replay(recorder: Recorder, capacity: int | None = None):
@@ -387,9 +432,11 @@ def replay(recorder: Recorder, capacity: int | None = None):
         phase = marks.get(i, phase)
         try:
             if action == "a":
-                handles[key] = sim.malloc(nbytes)
+                handles[key] = sim.malloc(nbytes, recorder.streams.get(key, 0))
                 if sim.allocated == sim.peak_allocated:
                     peak_phase = phase
+            elif action == "e":
+                sim.empty_cache()
             elif key in handles:
                 sim.free(handles.pop(key))
         except OutOfMemory as exc:

@@ -86,6 +86,6 @@ def test_invariants_over_random_sequences(ops):
         a.free(h)
     assert a.allocated == 0
     # every segment is one free block again: freed neighbours merged
-    assert sorted(addr for _, addr in a._free[True] + a._free[False]) == sorted(a._segments)
+    assert sorted(addr for _, _, addr in a._free[True] + a._free[False]) == sorted(a._segments)
     a.empty_cache()
     assert a.reserved == 0

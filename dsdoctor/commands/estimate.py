@@ -616,9 +616,9 @@ def _replay(setup, est, states_bytes: int, gpu_bytes: int | None, lora_r: int, p
     from dsdoctor.checks import memory as mem
     from dsdoctor.models.analytic import TRANSFORMERS_FAMILIES, is_analytic
 
-    if setup.zero_stage == 3 or setup.offloaded or setup.offload_param != "none":
-        notes.append("--replay: ZeRO-3 and offload are not replayed (DeepSpeed's side streams and prefetching are "
-                     "not modelled); the figures are the calibrated formulas'")
+    if "nvme" in (setup.offload_optimizer, setup.offload_param):
+        notes.append("--replay: offload to NVMe is not replayed (its swap buffers are not modelled); the figures "
+                     "are the calibrated formulas'")
         return None
     if is_analytic(setup.arch.config) and setup.arch.config.get("model_type") not in TRANSFORMERS_FAMILIES:
         notes.append(f"--replay: {setup.arch.config.get('model_type')!r} is counted from config keys (remote "
