@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 GIB = 2 ** 30
 ROUNDS = {"accuracy": HERE / "results/memory-accuracy/points", "loops-r2": HERE / "results/memory-loops/points",
           "loops-r3": HERE / "results/memory-loops/points-r3", "loops-r4": HERE / "results/memory-loops/points-r4",
-          "loops-r5": HERE / "results/memory-loops/points-r5"}
+          "loops-r5": HERE / "results/memory-loops/points-r5", "loops-r6": HERE / "results/memory-loops/points-r6"}
 
 
 def load() -> list[dict]:
