@@ -207,7 +207,7 @@ def trace_steps(model, micro_batch: int, seq_len: int, steps: int = 3, loop: str
     return recorder
 
 
-# --- a whole run: the weights, DeepSpeed's ZeRO-0/1/2 buffers, the steps ----------------------------------------
+# --- a whole run: the weights, DeepSpeed's ZeRO buffers, the steps ----------------------------------------
 
 def build_for(setup, attn: str | None = None, lora_r: int = 8, prefix_tokens: int = 16):
     """The model on the meta device with ``setup``'s method applied and cast to its precision, as DeepSpeed's
@@ -265,8 +265,14 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
       16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them (4Ψ_t); the first step of ZeRO-1/2 creates
       Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient is freed.
 
+    With ``offload_optimizer`` (ZeRO-1/2): the fp32 master is made on the host from a 16-bit clone of the
+    partition (freed); ``temp_grad_buffer_for_gpu_offload`` (the largest trainable parameter, 16-bit) is kept; each
+    flushed gradient's norm is taken in fp64 (``set_norm_for_param_grad_in_gpu``, 8 bytes an element) and it is cast
+    to fp32 for the host (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``), both transient; no gradient
+    partition, no fp32 gradient and no moments on the GPU. ZeRO-3: :mod:`dsdoctor.checks.zero3_program`.
+
     Raises:
-        DsdoctorError: ZeRO-3 or offload (not modelled here), or a config transformers cannot build."""
+        DsdoctorError: offload to NVMe (not modelled), or a config transformers cannot build."""
     from dsdoctor.report import DsdoctorError
 
     if "nvme" in (setup.offload_optimizer, setup.offload_param):

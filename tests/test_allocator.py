@@ -89,3 +89,17 @@ def test_invariants_over_random_sequences(ops):
     assert sorted(addr for _, _, addr in a._free[True] + a._free[False]) == sorted(a._segments)
     a.empty_cache()
     assert a.reserved == 0
+
+
+def test_a_block_freed_on_one_stream_is_not_reused_by_another():
+    """``BlockComparatorSize`` orders the pools by stream first: a request on the allgather stream gets a segment of
+    its own even when the default stream has a free block that fits; the default stream reuses its own."""
+    from dsdoctor.checks.allocator import CachingAllocator
+
+    a = CachingAllocator()
+    a.free(a.malloc(64 << 20))  # 64 MiB, freed on stream 0
+    assert a.reserved == 64 << 20
+    a.malloc(32 << 20, stream=1)
+    assert a.reserved == 96 << 20 and a.segment_allocs == 2
+    a.malloc(32 << 20)  # stream 0: the cached block, split
+    assert a.reserved == 96 << 20 and a.segment_allocs == 2

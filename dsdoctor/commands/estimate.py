@@ -808,8 +808,8 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
                    "the model: SDPA where the class supports it, else eager, which keeps the s x s scores).")
 @click.option("--replay", is_flag=True,
               help="Run the step's tensors on the meta device and replay their allocations through a model of "
-                   "PyTorch's caching allocator: the reserved peak nvidia-smi shows, for ZeRO-0/1/2 without "
-                   "offload (seconds; imports torch and transformers).")
+                   "PyTorch's caching allocator: the reserved peak nvidia-smi shows, for ZeRO-0 to 3 with "
+                   "or without CPU offload (seconds; imports torch and transformers).")
 @report_command(inputs=("model", "deepspeed"))
 def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout, freeze_last,
              prefix_tokens, gpus, nodes, micro_batch, grad_accum, seq_len, grad_ckpt, precision, deepspeed, gpu, gpu_cc,
