@@ -5,8 +5,10 @@
 
 Each record comes from ``memory_loops.py`` with ``"snapshot"`` set: ``large_pool_events`` holds every alloc / free of
 a block over 1 MiB and every segment event, in the order the allocator made them. The model is fed the allocs and
-frees only; the run's segment events are the answer it must reproduce: the peak of the large pool's reserved bytes
-and the number of ``cudaMalloc`` calls.
+frees only, on the stream each was made on where the record has a ``stream`` column; the run's segment events are
+the answer it must reproduce: the peak of the large pool's reserved bytes and the number of ``cudaMalloc`` calls. A
+segment the run released (``segment_free``: only ``empty_cache`` and the retry before an out-of-memory error release
+one) is replayed as an ``empty_cache()`` at that point: the model is told when, not what.
 """
 
 from __future__ import annotations
@@ -31,15 +33,21 @@ def replay(record: dict) -> dict:
     reserved = peak_reserved = segments = 0
     allocated = peak_allocated = 0
     sizes: dict[int, int] = {}
-    for _, action, addr, size, *_ in events:
+    streams: dict[int, int] = {0: 0}  # the trace's stream handle -> the model's id (0: the default stream)
+    released = None  # time of the last segment_free seen: one empty_cache releases several segments at once
+    for time_us, action, addr, size, *rest in events:
+        stream = streams.setdefault(rest[1], len(streams)) if len(rest) > 1 else 0
         if action == "S" and size > K_SMALL_SIZE * 2:
             reserved += size
             segments += 1
             peak_reserved = max(peak_reserved, reserved)
         elif action == "F" and size > K_SMALL_SIZE * 2:
             reserved -= size
+            if released != time_us:
+                sim.empty_cache()
+                released = time_us
         elif action == "a" and round_size(size) > K_SMALL_SIZE:
-            handles[addr] = sim.malloc(size)
+            handles[addr] = sim.malloc(size, stream)
             sizes[addr] = size
             allocated += size
             peak_allocated = max(peak_allocated, allocated)

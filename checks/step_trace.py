@@ -251,10 +251,11 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     (checked against six H200 runs' own allocator traces, benchmarks/results/memory-loops/trace-t5):
 
     - the weights: one block per parameter; a tied output projection's own weight made and freed (``tie_weights``);
-    - ``initialize``: the flat 16-bit copy of the trainable parameters (2Ψ_t; ZeRO-0 flattens clones of them); the
-      parameters become views of it, their own blocks freed; a 16-bit clone of the partition turned into the fp32
-      master (4Ψ_t/N) and a zero fp32 gradient (``initialize_optimizer_states``, freed); ZeRO-0 also makes Adam's
-      moments there (2 x 4Ψ_t: FP16_Optimizer steps once at construction);
+    - ``initialize``: ZeRO-1/2 empty the cache (``empty_cache()`` before flattening a group); the flat 16-bit copy
+      of the trainable parameters (2Ψ_t; ZeRO-0 flattens clones of them); the parameters become views of it, their
+      own blocks freed; a 16-bit clone of the partition turned into the fp32 master (4Ψ_t/N) and a zero fp32
+      gradient (``initialize_optimizer_states``, freed); ZeRO-0 also makes Adam's moments there (2 x 4Ψ_t:
+      FP16_Optimizer steps once at construction);
     - each backward: the reduction bucket (``reduce_bucket_size`` elements x 2 bytes, ``setup_buckets``) at the first
       gradient; each gradient copied into it and its own block freed (one larger than the bucket is kept to the next
       flush); a full bucket flushed into the gradient partition (2Ψ_t/N, ``copy_grads_in_partition``, made at the
@@ -298,6 +299,8 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     part = -(-psi // n_world)
     wb = setup.weight_bytes
     rec.mark("initialize")
+    if setup.zero_stage:  # stage_1_and_2.py __init__: empty_cache() before flattening each group
+        rec.empty_cache()
     # the flat 16-bit copy; FP16_Optimizer (ZeRO-0) flattens clones of the parameters
     # (_flatten_dense_tensors([p.clone().detach() ...])), ZeRO-1/2 the parameters themselves
     clones = [rec.alloc(p.numel() * p.element_size()) for p in trainable_params] if not setup.zero_stage else []

@@ -12,15 +12,17 @@ trainable elements, n_i a sub-group's (``sub_group_size`` elements each):
   elements, which stay on the GPU and, at N > 1, gathered whole) and the full tensor freed;
   ``_create_fp16_partitions_with_defragmentation`` moves the trainable partitions to the host, frees them, empties
   the cache and copies them back as one flat buffer (w·Ψ_t/N; on the host under parameter offload);
-  ``_create_fp32_partitions`` converts each sub-group to fp32 and clones it (4·n_i twice, the first freed; on the host
-  under optimizer offload); ``initialize_optimizer_states`` a zero fp32 gradient of the largest sub-group, freed;
+  ``_create_fp32_partitions`` converts each sub-group to fp32 and clones it (4·n_i twice, the conversion freed once
+  the next sub-group's is made; on the host under optimizer offload); ``initialize_optimizer_states`` a zero fp32 gradient of the largest sub-group, freed;
   the reduction bucket (``reduce_bucket_size`` elements, w bytes each, kept) and the gradient partitions
   (w·Ψ_t/N, zeros; on the host under optimizer offload);
 - each backward: a gradient that fits is copied into the bucket and its own block freed
   (``__add_grad_to_ipg_bucket``); one that would overflow a non-empty bucket first flushes it into the partitions
   (``__reduce_and_partition_ipg_grads``); one larger than the bucket is kept to the next flush; the epilogue flushes
   the rest;
-- each step: every gathered parameter released (``_partition_all_parameters``); per sub-group the gradient
+- each step: every gathered parameter released (``_partition_all_parameters``); each gradient partition's norm
+  taken in fp64 (``get_grad_norm_direct``: ``.to(torch.double).norm()``, 8 bytes an element, transient); per sub-group
+  the gradient
   partitions flattened (w·n_i) and cast to fp32 (4·n_i), the 16-bit copy freed, Adam's moments made at the first
   step (2 x 4·n_i, FusedAdam's lazy state), the fp32 gradient freed; under optimizer offload all of it is on the host;
 - gathering (N > 1, or parameter offload): :class:`Gatherer`, DeepSpeed's parameter coordinator on the allgather
@@ -227,17 +229,24 @@ def initialize(setup, model, rec, blocks: dict) -> dict:
             size = 0
     if size:
         groups.append(size)
+    parts = [_ceil(p.numel(), world) for p in trainable]
     if not offload_opt:
-        for n in groups:  # _create_fp32_partitions: .to(device, fp32) then .clone()
-            converted = rec.alloc(4 * n)
+        converted = None
+        for n in groups:  # _create_fp32_partitions: .to(device, fp32) then .clone(); the loop variable `converted`
+            # holds the previous sub-group's conversion until the next one is made, the last one until the return
+            previous, converted = converted, rec.alloc(4 * n)
+            if previous is not None:
+                rec.free(previous)
             rec.alloc(4 * n)
+        if converted is not None:
             rec.free(converted)
         if groups:  # initialize_optimizer_states: a zero gradient of the largest sub-group
             rec.free(rec.alloc(4 * max(groups)))
     rec.alloc(w * setup.reduce_bucket_size)  # the ipg bucket (contiguous_gradients)
     if not offload_opt:
         rec.alloc(w * psi_part)  # grad_partitions_flat_buffer
-    return {"groups": groups, "elements": 0, "large": [], "sizes": [], "first": True, "offload_opt": offload_opt}
+    return {"groups": groups, "parts": parts, "elements": 0, "large": [], "sizes": [], "first": True,
+            "offload_opt": offload_opt}
 
 
 def grad_hook(setup, state: dict):
@@ -285,6 +294,8 @@ def step(setup, state: dict, rec, gatherer: Gatherer | None) -> None:
         gatherer.end_step()
     if not state["offload_opt"]:
         w = setup.weight_bytes
+        for n in state["parts"]:  # _get_norm_groups -> get_grad_norm_direct: each gradient's norm in fp64
+            rec.free(rec.alloc(8 * n))
         for n in state["groups"]:
             flat = rec.alloc(w * n)  # _prepare_fp32_grad_for_sub_group
             fp32 = rec.alloc(4 * n)
