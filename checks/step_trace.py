@@ -416,9 +416,10 @@ def _run_zero3(setup, model, rec: Recorder, blocks: dict, steps: int, loop: str)
                                setup.max_live_parameters, setup.max_reuse_distance)
         handles = z3.install_gather_hooks(model, gatherer)
     try:
-        return trace_steps(model, setup.micro_batch, setup.seq_len, steps=steps, loop=loop, recorder=rec,
-                           between_steps=lambda r, step: z3.step(setup, state, r, gatherer),
-                           grad_hook=z3.grad_hook(setup, state))
+        with z3.zero3_linear():
+            return trace_steps(model, setup.micro_batch, setup.seq_len, steps=steps, loop=loop, recorder=rec,
+                               between_steps=lambda r, step: z3.step(setup, state, r, gatherer),
+                               grad_hook=z3.grad_hook(setup, state))
     finally:
         for h in handles:
             h.remove()

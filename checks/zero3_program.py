@@ -13,9 +13,10 @@ trainable elements, n_i a sub-group's (``sub_group_size`` elements each):
   ``_create_fp16_partitions_with_defragmentation`` moves the trainable partitions to the host, frees them, empties
   the cache and copies them back as one flat buffer (w·Ψ_t/N; on the host under parameter offload);
   ``_create_fp32_partitions`` converts each sub-group to fp32 and clones it (4·n_i twice, the conversion freed once
-  the next sub-group's is made; on the host under optimizer offload); ``initialize_optimizer_states`` a zero fp32 gradient of the largest sub-group, freed;
-  the reduction bucket (``reduce_bucket_size`` elements, w bytes each, kept) and the gradient partitions
-  (w·Ψ_t/N, zeros; on the host under optimizer offload);
+  the next sub-group's is made; on the host under optimizer offload); ``initialize_optimizer_states`` a zero fp32
+  gradient of the largest sub-group, freed; the reduction bucket (``reduce_bucket_size`` elements, w bytes each, kept) and the gradient partitions
+  (w·Ψ_t/N, zeros; on the host under optimizer offload); ``create_reduce_and_remove_grad_hooks`` gathers each
+  trainable parameter whole (``_allgather_params_sequential``) and partitions it again, one at a time;
 - each backward: a gradient that fits is copied into the bucket and its own block freed
   (``__add_grad_to_ipg_bucket``); one that would overflow a non-empty bucket first flushes it into the partitions
   (``__reduce_and_partition_ipg_grads``); one larger than the bucket is kept to the next flush; the epilogue flushes
@@ -34,6 +35,7 @@ allocated for it.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 
 #: ``stage3_param_persistence_threshold``'s default (``deepspeed/runtime/zero/config.py``): parameters of at most
@@ -142,6 +144,51 @@ class Gatherer:
         self.queue = deque((pos, p) for pos, mid in enumerate(self.complete) for p in self.params[mid])
 
 
+@contextlib.contextmanager
+def zero3_linear():
+    """``torch.nn.functional.linear`` as ZeRO-3 runs it: ``zero.Init`` (entered by ``initialize`` for a model built
+    without it) replaces it for the rest of the process with ``zero3_linear_wrap``
+    (``deepspeed/runtime/zero/linear.py`` ``LinearFunctionForZeroStage3``): ``input.matmul(weight.t())`` saving the
+    input and the weight, and a backward of ``grad_output.matmul(weight)`` and
+    ``grad_output.reshape(-1, out).t().matmul(input.reshape(-1, in))``; its blocks differ from autograd's own."""
+    import torch
+
+    class Linear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, input, weight, bias=None):
+            ctx.save_for_backward(input, weight, bias)
+            if input.dim() == 2 and bias is not None:
+                return torch.addmm(bias, input, weight.t())
+            output = input.matmul(weight.t())
+            if bias is not None:
+                output += bias
+            return output
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            input, weight, bias = ctx.saved_tensors
+            grad_input = grad_weight = grad_bias = None
+            dim = grad_output.dim()
+            if ctx.needs_input_grad[0]:
+                grad_input = grad_output.matmul(weight)
+            if ctx.needs_input_grad[1]:
+                if dim > 2:
+                    grad_weight = grad_output.reshape(-1, grad_output.shape[-1]).t().matmul(
+                        input.reshape(-1, input.shape[-1]))
+                else:
+                    grad_weight = grad_output.t().matmul(input)
+            if bias is not None and ctx.needs_input_grad[2]:
+                grad_bias = grad_output.sum([i for i in range(dim - 1)]) if dim > 2 else grad_output.sum(0)
+            return grad_input, grad_weight, grad_bias
+
+    original = torch.nn.functional.linear
+    torch.nn.functional.linear = lambda input, weight, bias=None: Linear.apply(input, weight, bias)
+    try:
+        yield
+    finally:
+        torch.nn.functional.linear = original
+
+
 def install_gather_hooks(model, gatherer: Gatherer) -> list:
     """DeepSpeed's module hooks (``parameter_offload.py`` ``_register_deepspeed_module``): fetch before a module's
     forward and release after it; fetch before its backward (an identity autograd Function on its outputs) and
@@ -245,6 +292,8 @@ def initialize(setup, model, rec, blocks: dict) -> dict:
     rec.alloc(w * setup.reduce_bucket_size)  # the ipg bucket (contiguous_gradients)
     if not offload_opt:
         rec.alloc(w * psi_part)  # grad_partitions_flat_buffer
+    for p in trainable:  # create_reduce_and_remove_grad_hooks: param.all_gather() (a whole copy), param.partition()
+        rec.free(rec.alloc(w * _ceil(p.numel(), world) * world))
     return {"groups": groups, "parts": parts, "elements": 0, "large": [], "sizes": [], "first": True,
             "offload_opt": offload_opt}
 

@@ -176,7 +176,12 @@ def test_zero3_initialize_makes_deepspeeds_blocks():
     offloaded = _blocks(run_program(_tiny_setup(zero_stage=3, reduce_bucket_size=1000, offload_optimizer="cpu"),
                                     steps=1), "initialize", "step1:forward")
     made = [n for a, n, _ in offloaded if a == "a"]
-    assert 4 * psi not in made and made[made.index(2 * psi) + 1:] == [2 * 1000]
+    assert 4 * psi not in made and made[made.index(2 * psi) + 1] == 2 * 1000
+    # then each trainable parameter gathered whole and partitioned again (create_reduce_and_remove_grad_hooks)
+    from dsdoctor.checks.step_trace import build_for
+
+    sizes = [2 * p.numel() for p in build_for(_tiny_setup()).parameters()]
+    assert made[made.index(2 * psi) + 2:] == sizes
 
 
 def test_zero3_parameter_offload_gathers_each_parameter_on_the_allgather_stream():
@@ -226,7 +231,10 @@ def test_zero3_at_two_ranks_partitions_and_gathers_whole_parameters():
     assert 2 * 64 in init and 2 * 64 // 2 in init  # a q_norm (64 elements, persistent): its half and the whole
     gathered = {n for a, n, s in _blocks(rec, "step1:forward", "step1:step") if a == "a" and s == z3.ALLGATHER_STREAM}
     assert 2 * embed in gathered and 2 * 512 * 512 in gathered
-    assert 2 * embed not in init  # the embedding is never whole at initialize
+    # at initialize the embedding is whole only in create_reduce_and_remove_grad_hooks' gather, freed at once
+    events = _blocks(rec, "initialize", "step1:forward")
+    i = events.index(("a", 2 * embed, 0))
+    assert events[i + 1] == ("f", 2 * embed, 0) and init.count(2 * embed) == 1
 
 
 def test_the_gatherer_keeps_what_the_trace_reuses_within_the_reuse_distance_and_prefetches():
