@@ -196,38 +196,29 @@ def install_gather_hooks(model, gatherer: Gatherer) -> list:
     Returns the hook handles."""
     import torch
 
-    class Pre(torch.autograd.Function):  # PreBackwardFunctionForModule
+    class OnBackward(torch.autograd.Function):  # PreBackwardFunctionForModule / PostBackwardFunctionModule
+        """Identity; calls ``action(module)`` when the gradient passes through it."""
+
         @staticmethod
-        def forward(ctx, module, x):
-            ctx.module = module
+        def forward(ctx, action, module, x):
+            ctx.action, ctx.module = action, module
             return x.detach()
 
         @staticmethod
         def backward(ctx, grad):
-            gatherer.fetch(ctx.module)
-            return None, grad
-
-    class Post(torch.autograd.Function):  # PostBackwardFunctionModule
-        @staticmethod
-        def forward(ctx, module, x):
-            ctx.module = module
-            return x.detach()
-
-        @staticmethod
-        def backward(ctx, grad):
-            gatherer.release(ctx.module)
-            return None, grad
+            ctx.action(ctx.module)
+            return None, None, grad
 
     def pre_forward(module, args):
         gatherer.fetch(module)
         if torch.is_grad_enabled() and args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
-            return (Post.apply(module, args[0]), *args[1:])
+            return (OnBackward.apply(gatherer.release, module, args[0]), *args[1:])
         return None
 
     def post_forward(module, args, output):
         gatherer.release(module)
         if torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad:
-            return Pre.apply(module, output)
+            return OnBackward.apply(gatherer.fetch, module, output)
         return None
 
     handles = []
