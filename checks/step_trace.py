@@ -16,7 +16,12 @@ storage's last user is gone). What the meta device cannot run the way CUDA does 
 - dropout: CUDA's ``native_dropout``, which keeps a bool mask (off CUDA, ``F.dropout`` decomposes into a mask of
   the input's dtype and a multiply);
 - a data-dependent branch (``Tensor.item()``) reads 1 / True: transformers asks only whether a mask or a packed
-  sequence is needed, and with no attention mask it is not.
+  sequence is needed, and with no attention mask it is not;
+- the scratch blocks CUDA kernels take from the caching allocator (:mod:`dsdoctor.checks.cuda_workspace`): a
+  reduction's staging buffer (a weight's gradient summed over the tokens) and each thread's cuBLAS workspace;
+- the autograd engine's sum of two gradients of one tensor, in place where the engine would add in place with no
+  dispatch mode running (:func:`_accumulates_in_place`): under a mode every tensor has a Python object, so the
+  engine never sees itself as the last holder and would allocate a new block for every such sum.
 
 Imports torch, transformers and peft: the slow path (seconds), not the default estimate.
 """
@@ -42,6 +47,13 @@ class Recorder:
     _synthetic: dict[int, int] = field(default_factory=dict)  # key -> bytes of a block made by alloc, not freed
     _external: set[int] = field(default_factory=set)  # storages made before the recording
     _next: int = -1
+    #: the GPU whose kernels' scratch blocks are recorded (:mod:`dsdoctor.checks.cuda_workspace`)
+    device: object = None
+    _cublas: set[str] = field(default_factory=set)  # the threads whose cuBLAS handle has its workspace
+
+    def phase(self) -> str:
+        """The phase being recorded: the last :meth:`mark`, or ``build``."""
+        return self.marks[-1][1] if self.marks else "build"
 
     def mark(self, name: str) -> None:
         self.marks.append((len(self.events), name))
@@ -98,21 +110,70 @@ def _mode(recorder: Recorder):
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
+    from dsdoctor.checks import cuda_workspace as cw
+
+    device = recorder.device or cw.H200
+    aten = torch.ops.aten
+    gemms = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default}
+    reductions = {aten.sum.dim_IntList, aten.mean.dim}
+
     class Mode(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._local_scalar_dense.default:
+            if func is aten._local_scalar_dense.default:
                 return True if args[0].dtype == torch.bool else 1
-            if func is torch.ops.aten.native_dropout.default:
+            if func is aten.native_dropout.default:
                 # CUDA's kernel: the output and a bool mask
                 out = (torch.empty_like(args[0]), torch.empty_like(args[0], dtype=torch.bool))
+            elif func is aten.add.Tensor and _accumulates_in_place(args, kwargs):
+                out = aten.add_.Tensor(args[0], args[1])  # the autograd engine's in-place accumulation
             else:
                 out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.device.type == "meta":
                     recorder.track(t)
+            if func in gemms:
+                # the first GEMM of a thread, once its output is allocated: its cuBLAS handle's workspace, kept
+                # (the backward runs on the autograd engine's device thread, with a handle of its own)
+                thread = "backward" if recorder.phase().endswith(":backward") else "main"
+                if thread not in recorder._cublas:
+                    recorder._cublas.add(thread)
+                    recorder.alloc(cw.cublas_workspace_bytes(device))
+            if func in reductions and isinstance(args[0], torch.Tensor) and args[0].dtype.is_floating_point:
+                x = args[0]
+                dims = args[1] if len(args) > 1 and args[1] is not None else list(range(x.dim()))
+                dims = [d % max(x.dim(), 1) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+                staging, semaphores = cw.reduce_staging_bytes(
+                    tuple(x.shape), tuple(x.stride()), dims or list(range(x.dim())), x.element_size(),
+                    8 if x.dtype == torch.float64 else 4, device)
+                if staging:  # gpu_reduce_kernel's buffer and semaphores, for the one kernel
+                    keys = (recorder.alloc(staging), recorder.alloc(semaphores))
+                    recorder.free(keys[1])
+                    recorder.free(keys[0])
             return out
 
     return Mode()
+
+
+def _accumulates_in_place(args, kwargs) -> bool:
+    """Whether an ``aten.add.Tensor`` is the autograd engine summing two gradients of one tensor that it would sum
+    in place when no Python dispatch mode runs: ``accumulate`` in ``torch/csrc/autograd/input_buffer.cpp`` adds in
+    place (``old_var.add_(var)``) when grad mode is off and it holds the last reference to ``old_var`` and its
+    storage (``can_accumulate_inplace``: non-overlapping and dense, storage use count 1). Under a dispatch mode
+    every tensor has a Python object, so the engine never finds itself the last holder and always allocates
+    ``old_var + var``. Here the storage's use count is read from C++, less the Python storage object made to read
+    it; a gradient that another function still holds (the one an addition's backward hands to both of its inputs)
+    counts more, and is added out of place, as on the GPU. Checked against torch's profiler on the CPU (no mode):
+    ``aten::add_`` exactly where this says so (tests/test_step_trace.py)."""
+    import torch
+    from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
+
+    if torch.is_grad_enabled() or kwargs or len(args) != 2:
+        return False
+    old, new = args
+    if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)) or old.shape != new.shape \
+            or old.dtype != new.dtype or not dense(old):
+        return False
+    return torch._C._storage_Use_Count(old.untyped_storage()._cdata) == 2
 
 
 @contextlib.contextmanager

@@ -1,0 +1,128 @@
+"""The scratch blocks CUDA kernels take from the caching allocator (checks/cuda_workspace.py) and the autograd
+engine's in-place gradient sums (checks/step_trace.py), against what an H200 run's own allocator trace and torch's
+profiler show."""
+
+import collections
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+TRACE = (Path(__file__).parents[1] / "benchmarks/results/memory-loops/trace-t6"
+         / "t6-q3-4b-full-z3-mb4-s2048-engine.json.gz")
+
+
+@pytest.fixture(scope="module")
+def transients():
+    """{bytes: count} of the blocks the H200 run (Qwen3-4B full fine-tuning, ZeRO-3, micro batch 4, sequence
+    2048) allocated and freed at once, with nothing in between."""
+    rows = json.loads(gzip.open(TRACE).read())["large_pool_events"]["rows"]
+    out = collections.Counter()
+    for (_, a, addr, size, *_), (_, b, addr2, *_) in zip(rows, rows[1:]):
+        if a == "a" and b == "f" and addr == addr2:
+            out[size] += 1
+    return out
+
+
+def test_a_weight_gradients_reduction_over_the_tokens_takes_the_staging_buffer_the_h200_allocated(transients):
+    """Qwen3-4B: hidden 2,560; 32 query and 8 key/value heads of 128; 4 x 2,048 tokens. The RMSNorm weights' gradient
+    sums over the tokens (2 a layer and the final norm: 73 a step over 3 steps), ``q_norm``'s and ``k_norm``'s over
+    tokens and heads (36 a step each)."""
+    from dsdoctor.checks.cuda_workspace import reduce_staging_bytes
+
+    tokens = 4 * 2048
+    norm, _ = reduce_staging_bytes((4, 2048, 2560), (2048 * 2560, 2560, 1), (0, 1), in_elem=2)
+    q_norm, _ = reduce_staging_bytes((4, 2048, 32, 128), (2048 * 4096, 4096, 128, 1), (0, 1, 2), in_elem=2)
+    k_norm, _ = reduce_staging_bytes((4, 2048, 8, 128), (2048 * 1024, 1024, 128, 1), (0, 1, 2), in_elem=2)
+    assert (norm, q_norm, k_norm) == (138_936_320, 138_412_032, 67_108_864)
+    assert transients[norm] == 3 * 73 and transients[q_norm] == 3 * 36
+    assert transients[k_norm] >= 3 * 36  # 64 MiB is also the size of the query projection's output
+    assert norm != tokens * 2560 * 4  # not a copy of the input: the kernel's own launch shape decides it
+
+
+def test_a_reduction_within_one_block_takes_no_staging_buffer():
+    from dsdoctor.checks.cuda_workspace import KernelDevice, reduce_staging_bytes
+
+    # RMSNorm's mean over the hidden size (the fastest dimension): one block a row
+    assert reduce_staging_bytes((4, 2048, 2560), (2048 * 2560, 2560, 1), (2,), in_elem=4) == (0, 0)
+    # a short reduction (64 tokens) fits in one block's threads
+    assert reduce_staging_bytes((64, 2560), (2560, 1), (0,), in_elem=2) == (0, 0)
+    # fewer SMs, fewer blocks a column: an A100 (108 SMs) stages less than an H200 (132)
+    a100, _ = reduce_staging_bytes((8192, 2560), (2560, 1), (0,), 2, device=KernelDevice(multiprocessors=108))
+    h200, _ = reduce_staging_bytes((8192, 2560), (2560, 1), (0,), 2)
+    assert 0 < a100 < h200 == 138_936_320
+
+
+def test_cublas_workspaces_are_one_per_thread_kept_as_the_h200_trace_shows():
+    """32 MiB at the first GEMM of the forward and at the first of the backward (the autograd engine's thread), never
+    freed: the H200 trace shows these two 32 MiB blocks in step 1 only."""
+    from test_step_trace import _tiny_setup
+
+    from dsdoctor.checks.cuda_workspace import cublas_workspace_bytes
+    from dsdoctor.checks.step_trace import run_program
+
+    rec = run_program(_tiny_setup(zero_stage=1))
+    ws = cublas_workspace_bytes()
+    assert ws == 32 * 2 ** 20
+    freed = {k for a, k, _ in rec.events if a == "f"}
+    marks = sorted(rec.marks)
+    kept = []
+    for i, (a, key, n) in enumerate(rec.events):
+        if a == "a" and n == ws and key not in freed:
+            kept.append(next(name for start, name in reversed(marks) if start <= i))
+    assert kept == ["step1:forward", "step1:backward"]
+
+
+CASES = {
+    "one tensor read twice": lambda x: (lambda y: y.sin() + y.cos())(x * 2),
+    "a residual": lambda x: (lambda h: h + h.sin() * 3)(x * 2),
+    "two residuals": lambda x: (lambda h: (lambda h2: h2 + h2.exp())(h + h.sin()))(x * 2),
+    "read three times": lambda x: (lambda y: y.sin() + y.cos() + y.exp())(x * 2),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_gradient_sums_are_in_place_exactly_where_autograd_sums_in_place_without_a_dispatch_mode(case):
+    """torch's profiler (no Python dispatch mode) sees the engine's sums in the backward on the CPU: ``aten::add_``
+    where it held the last reference, ``aten::add`` where another function still held the gradient. The recording
+    on the meta device decides the same for each, and makes no block for a sum in place."""
+    import torch
+    from torch.profiler import profile
+
+    from dsdoctor.checks import step_trace
+
+    f = CASES[case]
+    x = torch.randn(32, 32, requires_grad=True)
+    loss = f(x).sum()
+    with profile() as prof:
+        loss.backward()
+    names = [e.name for e in prof.events()]
+    expected = (names.count("aten::add_"), names.count("aten::add"))
+
+    decisions = [0, 0]
+    inner = step_trace._accumulates_in_place
+
+    def spy(args, kwargs):
+        decision = inner(args, kwargs)
+        decisions[0 if decision else 1] += 1
+        return decision
+
+    def backward_blocks(rule) -> int:
+        rec = step_trace.Recorder()
+        x = torch.zeros(32, 32, device="meta", requires_grad=True)
+        rec.external(x)
+        step_trace._accumulates_in_place = rule
+        try:
+            with step_trace._mode(rec):
+                loss = f(x).sum()
+                decisions[:] = [0, 0]  # the forward's own additions are not sums of gradients
+                start = len(rec.events)
+                loss.backward()
+        finally:
+            step_trace._accumulates_in_place = inner
+        return sum(1 for a, _, n in rec.events[start:] if a == "a" and n == 32 * 32 * 4)
+
+    always_new = backward_blocks(lambda args, kwargs: False)
+    assert backward_blocks(spy) == always_new - expected[0]
+    assert tuple(decisions) == expected and sum(expected) >= 1
