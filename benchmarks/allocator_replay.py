@@ -8,7 +8,9 @@ a block over 1 MiB and every segment event, in the order the allocator made them
 frees only, on the stream each was made on where the record has a ``stream`` column; the run's segment events are
 the answer it must reproduce: the peak of the large pool's reserved bytes and the number of ``cudaMalloc`` calls. A
 segment the run released (``segment_free``: only ``empty_cache`` and the retry before an out-of-memory error release
-one) is replayed as an ``empty_cache()`` at that point: the model is told when, not what.
+one) is replayed as an ``empty_cache()`` at that point: the model is told when, not what. With ``--addresses`` each
+segment the model makes is also put at the run's own address for it: where the default (segments in the order they
+are made) and the run differ only by the driver's address order, this reproduces the run.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from dsdoctor.checks.allocator import K_SMALL_SIZE, CachingAllocator, round_size
 GIB = 2 ** 30
 
 
-def replay(record: dict) -> dict:
-    """Measured and modelled peaks of the large pool (bytes) for one record."""
+def replay(record: dict, addresses: bool = False) -> dict:
+    """Measured and modelled peaks of the large pool (bytes) for one record. ``addresses``: each segment the model
+    makes lies where the run's own ``segment_alloc`` just before the request put it (``--addresses``)."""
     events = record["large_pool_events"]["rows"]
     sim = CachingAllocator()
     handles: dict[int, int] = {}
@@ -35,9 +38,11 @@ def replay(record: dict) -> dict:
     sizes: dict[int, int] = {}
     streams: dict[int, int] = {0: 0}  # the trace's stream handle -> the model's id (0: the default stream)
     released = None  # time of the last segment_free seen: one empty_cache releases several segments at once
+    segment_addr = None  # the run's segment made for the next request
     for time_us, action, addr, size, *rest in events:
         stream = streams.setdefault(rest[1], len(streams)) if len(rest) > 1 else 0
         if action == "S" and size > K_SMALL_SIZE * 2:
+            segment_addr = addr if addresses else None
             reserved += size
             segments += 1
             peak_reserved = max(peak_reserved, reserved)
@@ -47,7 +52,8 @@ def replay(record: dict) -> dict:
                 sim.empty_cache()
                 released = time_us
         elif action == "a" and round_size(size) > K_SMALL_SIZE:
-            handles[addr] = sim.malloc(size, stream)
+            handles[addr] = sim.malloc(size, stream, segment_addr)
+            segment_addr = None
             sizes[addr] = size
             allocated += size
             peak_allocated = max(peak_allocated, allocated)
@@ -61,13 +67,14 @@ def replay(record: dict) -> dict:
 
 
 def main() -> None:
-    for path in sys.argv[1:]:
+    addresses = "--addresses" in sys.argv[1:]
+    for path in [a for a in sys.argv[1:] if a != "--addresses"]:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
             record = json.load(f)
         if "large_pool_events" not in record:
             continue
-        r = replay(record)
+        r = replay(record, addresses)
         err = (r["model_reserved"] - r["measured_reserved"]) / r["measured_reserved"]
         print(f"{r['name']:44s} large-pool reserved: measured {r['measured_reserved'] / GIB:7.3f} GiB, model "
               f"{r['model_reserved'] / GIB:7.3f} GiB ({100 * err:+.2f}%); segments {r['measured_segments']} / "

@@ -93,13 +93,14 @@ class CachingAllocator:
         assert pool[i] == (block.stream, block.size, block.addr)
         del pool[i]
 
-    def _new_segment(self, size: int, small: bool, stream: int = 0) -> _Block:
+    def _new_segment(self, size: int, small: bool, stream: int = 0, addr: int | None = None) -> _Block:
         if self.capacity is not None and self.reserved + size > self.capacity:
             self._release_free_segments()
             if self.reserved + size > self.capacity:
                 raise OutOfMemory(f"{size} bytes more than the {self.capacity - self.reserved} left")
-        addr = self._next_addr
-        self._next_addr += size + K_ROUND_LARGE
+        if addr is None:
+            addr = self._next_addr
+            self._next_addr += size + K_ROUND_LARGE
         self._segments[addr] = size
         self.reserved += size
         self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -118,9 +119,12 @@ class CachingAllocator:
                     self.reserved -= self._segments.pop(addr)
 
     # -- the allocator's interface
-    def malloc(self, size: int, stream: int = 0) -> int:
+    def malloc(self, size: int, stream: int = 0, segment_addr: int | None = None) -> int:
         """Allocate ``size`` bytes on ``stream`` (an id; 0 the default stream); the block's address (the handle
-        :meth:`free` takes).
+        :meth:`free` takes). ``segment_addr``: where a segment made for this request lies (a recorded run's own
+        ``cudaMalloc`` address). By default segments lie in the order they are made, but CUDA's are not: the driver
+        reuses freed ranges. Among free blocks of one size, the lowest address wins, so the order can change which
+        block a request splits.
 
         Raises:
             OutOfMemory: past ``capacity``."""
@@ -132,7 +136,7 @@ class CachingAllocator:
             block = self._blocks[pool[i][2]]
             del pool[i]
         else:
-            block = self._new_segment(allocation_size(size), small, stream)
+            block = self._new_segment(allocation_size(size), small, stream, segment_addr)
         remaining = block.size - size
         if (remaining >= K_MIN_BLOCK) if small else (remaining > K_SMALL_SIZE):
             rest = _Block(block.addr + size, remaining, block.segment, small, stream=stream, prev=block,

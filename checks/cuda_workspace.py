@@ -129,7 +129,7 @@ def reduce_staging_bytes(shape, strides, reduce_dims, in_elem: int, acc_elem: in
         if so != 0:
             num_outputs *= size
     inputs_per_output = numel // num_outputs
-    vt0 = input_vec_size = 4
+    input_vec_size = 4  # vt0, the vector width of a vectorised input
     if dims:
         on_fastest = n_reduce == len(dims) or dims[0][2] < dims[n_reduce][2]
         if on_fastest:

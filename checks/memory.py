@@ -830,9 +830,13 @@ MEM506 = rule(
 MEM507 = rule(
     "MEM507", "error", "P-Tuning (prefix tuning) with gradient checkpointing",
     what="--method ptuning together with gradient checkpointing.",
-    why="peft refuses it at the first forward: 'PREFIX_TUNING does not work with gradient checkpointing'.",
+    why="The run fails at the first forward. peft refuses it ('PREFIX_TUNING does not work with gradient "
+        "checkpointing') when checkpointing is on before get_peft_model. When it is turned on after, transformers' "
+        "attention mask leaves out the virtual tokens and SDPA fails instead: 'The expanded size of the tensor "
+        "(2048) must match the existing size (2064)', with 16 virtual tokens at sequence 2048.",
     fix="Use --no-grad-ckpt with ptuning (and budget the activations), or LoRA.",
-    source="peft/peft_model.py (PeftModel refuses prefix tuning under gradient checkpointing), seen with peft 0.21")
+    source="peft/peft_model.py (PeftModel refuses prefix tuning under gradient checkpointing), seen with peft 0.21; "
+           "the SDPA error seen on an H200 with Qwen3-8B (benchmarks/results/memory-loops/points-r7)")
 MEM508 = rule(
     "MEM508", "warning", "world size assumed",
     what="Neither --gpus nor NVML gave the number of GPUs, so the estimate is for the world size it states (1 GPU "
@@ -853,6 +857,17 @@ MEM509 = rule(
         "trainer.",
     source="transformers modeling_outputs.py CausalLMOutputWithPast; trainer.py training_step; measured on an H200 "
            "(issue 13)")
+MEM510 = rule(
+    "MEM510", "warning", "peft has no default LoRA targets for this architecture",
+    what="--method lora without --lora-targets, for a model type whose LoRA targets peft does not know "
+         "(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry), so the count assumes q_proj,v_proj.",
+    why="A LoraConfig without target_modules raises at get_peft_model for this model type: 'Please specify "
+        "`target_modules` or `target_parameters` in `peft_config`'. The run stops before training, and the "
+        "trainable count (and the memory) depends on the targets your LoraConfig gives.",
+    fix="Give target_modules in your LoraConfig (for example the attention projections, or 'all-linear'), and the "
+        "same to --lora-targets.",
+    source="peft/tuners/lora/model.py _prepare_adapter_config; peft/utils/constants.py; seen with Qwen1.5-MoE "
+           "(qwen2_moe) on an H200 (benchmarks/results/memory-loops/points-r7)")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

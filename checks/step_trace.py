@@ -10,9 +10,10 @@ storage's last user is gone). What the meta device cannot run the way CUDA does 
 
 - attention: the flash kernel the GPU runs (``aten._scaled_dot_product_flash_attention``) instead of the math
   fallback the meta device would pick (which materialises b x heads x s x s scores). Its backward gives dq, dk, dv
-  and, for the kernel's own workspace, one transient block of b x heads x s x (2 head_dim + 1) x 4 bytes, as
-  measured on an H200 (torch 2.11, benchmarks/results/memory-loops/trace-t5, Qwen3-8B shape: 128.5 MiB at b=2,
-  s=2048);
+  and, for the kernel's own workspace, one transient block of b x heads x s x (head_dim + 1) x 4 bytes (dq in
+  fp32, softmax's row sums), 2 head_dim + 1 with grouped-query attention (dk and dv at the query's heads too), as
+  measured on an H200 (torch 2.11; benchmarks/results/memory-loops/trace-t5 to t7: Qwen3-8B, Qwen3-4B, Llama-3.2-3B
+  and Gemma-2-2B with grouped-query attention, Phi-3 without: 48.5 MiB at b=2, 32 heads of 96, s=2048);
 - dropout: CUDA's ``native_dropout``, which keeps a bool mask (off CUDA, ``F.dropout`` decomposes into a mask of
   the input's dtype and a multiply);
 - a data-dependent branch (``Tensor.item()``) reads 1 / True: transformers asks only whether a mask or a packed
@@ -195,7 +196,13 @@ def cuda_kernels():
             q, k, v, out, lse = ctx.saved_tensors
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             b, h, s, d = q.shape
-            workspace = torch.empty(b * h * s * (2 * d + 1), dtype=torch.float32, device=q.device)
+            # the kernel's scratch: dq accumulated in fp32 and softmax's row sums (d + 1 floats a row), and, when
+            # the key/value heads are fewer (grouped-query attention), dk and dv at the query's heads in 16 bits
+            # before they are summed down (d floats' worth more), and 256 bytes more: the H200 traces of four such
+            # models all show them
+            gqa = k.shape[1] != h
+            nbytes = b * h * s * (2 * d + 1 if gqa else d + 1) * 4 + (256 if gqa else 0)
+            workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
             del workspace
             return dq, dk, dv, None, None
 
@@ -323,8 +330,9 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
       first flush). ZeRO-2 does this in the gradient hooks, ZeRO-1 at the end of backward in the group's order;
       the bucket is released at the end. ZeRO-0 keeps the gradients and allreduces them in buckets
       (``engine.allreduce_bucket``: transient flat copies);
-    - each step: ZeRO-1/2 flatten the partition's gradients (2Ψ_t/N) and cast them to fp32 (4Ψ_t/N), freeing the
-      16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them (4Ψ_t); the first step of ZeRO-1/2 creates
+    - each step: ZeRO-1/2 take each gradient of the partition in fp64 for the global norm, one at a time
+      (``get_grad_norm_direct``, 8 bytes an element, freed), flatten the partition's gradients (2Ψ_t/N) and cast
+      them to fp32 (4Ψ_t/N), freeing the 16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them (4Ψ_t); the first step of ZeRO-1/2 creates
       Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient is freed.
 
     With ``offload_optimizer`` (ZeRO-1/2): the fp32 master is made on the host from a 16-bit clone of the
@@ -440,6 +448,14 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
         if offload:  # the host's Adam; the updated 16-bit partition is copied back into the flat buffer
             fp32 = None
         elif setup.zero_stage:
+            # scaled_global_norm -> get_grad_norm_direct: each gradient of the partition in fp64 for its norm
+            # (get_norm_dtype), one at a time, in the group's order
+            offset = 0
+            for p in trainable_params:
+                share = max(0, min(offset + p.numel(), part) - offset)
+                offset += p.numel()
+                if share:
+                    r.free(r.alloc(8 * share))
             flat = r.alloc(wb * part)
             fp32 = r.alloc(4 * part)
             r.free(flat)

@@ -126,3 +126,69 @@ def test_gradient_sums_are_in_place_exactly_where_autograd_sums_in_place_without
     always_new = backward_blocks(lambda args, kwargs: False)
     assert backward_blocks(spy) == always_new - expected[0]
     assert tuple(decisions) == expected and sum(expected) >= 1
+
+
+T7 = Path(__file__).parents[1] / "benchmarks/results/memory-loops/trace-t7"
+
+
+def _phase_blocks(record: dict, phase: str) -> list[tuple[str, int]]:
+    """(action, bytes) of the blocks over 1 MiB a GPU run allocated ("a") and freed ("f") in ``phase``."""
+    import bisect
+
+    marks = record["phase_marks_us"]
+    starts = [m[0] for m in marks]
+    out = []
+    for t, action, _, size, *_ in record["large_pool_events"]["rows"]:
+        k = bisect.bisect_right(starts, t)
+        if k and marks[k - 1][1] == phase and action in "af" and size > 2 ** 20:
+            out.append((action, size))
+    return out
+
+
+@pytest.mark.parametrize("shape, gqa, measured", [
+    ((2, 32, 2048, 96), False, 50_855_936),  # Phi-3-mini: 32 query and 32 key/value heads (trace-t7)
+    ((4, 32, 2048, 128), True, 269_484_288),  # Qwen3-4B: 32 query heads, 8 key/value heads (trace-t6)
+])
+def test_the_flash_backward_scratch_is_the_block_the_h200_allocated(shape, gqa, measured):
+    """One transient block in attention's backward: dq in fp32 and the row sums, plus dk and dv at the query's
+    heads under grouped-query attention. The sizes are those of the H200 runs' own traces."""
+    import torch
+
+    from dsdoctor.checks.step_trace import Recorder, _mode, cuda_kernels
+
+    b, h, s, d = shape
+    q = torch.zeros(b, h, s, d, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    k = torch.zeros(b, h // 4 if gqa else h, s, d, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    rec = Recorder()
+    with cuda_kernels(), _mode(rec):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, k, is_causal=True, enable_gqa=gqa)
+        start = len(rec.events)
+        out.sum().backward()
+    events = rec.events[start:]
+    transient = [n for (a, key, n), (a2, key2, _) in zip(events, events[1:]) if a == "a" and a2 == "f" and key == key2]
+    assert measured in transient
+
+
+def test_zero2s_step_makes_the_blocks_the_h200_made():
+    """Gemma-2-2B full fine-tuning, ZeRO-2, one H200 (trace-t7): the step's blocks in order. Each gradient is taken
+    in fp64 for the global norm (``get_grad_norm_direct``: 4,500 MiB for the 256k x 2,304 embedding, then each
+    layer's), flattened, cast to fp32, stepped. The GPU run frees the bucket and the oversized embedding gradient
+    at the end of its backward; the replay at the start of the step: those two frees are the only difference."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import memory_loops
+
+    from dsdoctor.checks.step_trace import run_program
+
+    record = json.loads(gzip.open(T7 / "t7-g2-2b-full-z2-mb4-engine.json.gz").read())
+    measured = _phase_blocks(record, "step1:step")
+    setup = memory_loops.setup_of(record["point"])
+    rec = run_program(setup, attn="sdpa")
+    start = next(i for i, name in rec.marks if name == "step1:step")
+    stop = next(i for i, name in rec.marks if name == "step2:forward")
+    replayed = [(a, n) for a, _, n in rec.events[start:stop] if a in "af" and n > 2 ** 20]
+    # the oversized embedding gradient (256,000 x 2,304 in bf16), then the bucket (reduce_bucket_size x 2 bytes)
+    assert replayed[:2] == [("f", 589_824_000 * 2), ("f", 500_000_000 * 2)]
+    assert replayed[2:] == measured
+    assert measured[0] == ("a", 589_824_000 * 8)  # the embedding's gradient in fp64

@@ -811,3 +811,20 @@ def test_full_fine_tuning_of_a_model_without_default_lora_targets_is_estimated(r
                               True, "bf16")
     lora = next(c for c in training_changes(setup, 24 * GIB) if c["change"].startswith("LoRA"))
     assert lora["change"] == "LoRA r=8 on all-linear"
+
+
+def test_lora_on_a_model_type_peft_has_no_default_targets_for_is_a_finding():
+    """Qwen1.5-MoE (qwen2_moe): peft's LoraConfig without target_modules raises there (the H200 run of
+    benchmarks/results/memory-loops/points-r7 stopped so); the estimate says it as MEM510, not only in its counting
+    line, and not when the targets are given or peft has a default (Qwen3)."""
+    def ids(*args):
+        out = CliRunner().invoke(cli, ["estimate", "--model", *args, "--method", "lora", "--gpu-mem", "140",
+                                       "--json", "-"])
+        data = json.loads(out.output)
+        return {f["id"]: f for f in data["findings"]}, data["result"]
+
+    found, result = ids("qwen1.5-moe-a2.7b")
+    assert "qwen2_moe" in found["MEM510"]["evidence"] and found["MEM510"]["severity"] == "warning"
+    assert result["setup"]["lora_targets"] == ["q_proj", "v_proj"]
+    assert "MEM510" not in ids("qwen1.5-moe-a2.7b", "--lora-targets", "q_proj,k_proj")[0]
+    assert "MEM510" not in ids("qwen3-8b")[0]

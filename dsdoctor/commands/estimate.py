@@ -557,6 +557,11 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
             f"partitions over it, so the per-GPU memory of the machine that will train can differ",
             fix="Give --gpus N (and --nodes M) of the machine that will train; --compare then shows each ZeRO stage "
                 "for that world size"))
+    if method == "lora" and not lora_targets and arch.family == "transformers" and not arch.lora_default:
+        report.add(mem.MEM510.finding(
+            f"model_type {arch.model_type!r}: peft has no default LoRA targets; counted with "
+            f"{','.join(setup.lora_targets)}", fix="Give target_modules in your LoraConfig and the same to "
+                                                   "--lora-targets (e.g. --lora-targets q_proj,k_proj,v_proj,o_proj)"))
     if hw.gpu is not None and setup.precision == "bf16" and not hw.gpu.bf16:
         from dsdoctor.checks.deepspeed_config import DS111
 
