@@ -13,7 +13,9 @@ storage's last user is gone). What the meta device cannot run the way CUDA does 
   and, for the kernel's own workspace, one transient block of b x heads x s x (head_dim + 1) x 4 bytes (dq in
   fp32, softmax's row sums), 2 head_dim + 1 with grouped-query attention (dk and dv at the query's heads too), as
   measured on an H200 (torch 2.11; benchmarks/results/memory-loops/trace-t5 to t7: Qwen3-8B, Qwen3-4B, Llama-3.2-3B
-  and Gemma-2-2B with grouped-query attention, Phi-3 without: 48.5 MiB at b=2, 32 heads of 96, s=2048);
+  and Gemma-2-2B with grouped-query attention, Phi-3 without: 48.5 MiB at b=2, 32 heads of 96, s=2048). A boolean
+  mask (a sliding window) is converted to the query's dtype for each call, forward and backward (a transient of
+  the mask's shape);
 - dropout: CUDA's ``native_dropout``, which keeps a bool mask (off CUDA, ``F.dropout`` decomposes into a mask of
   the input's dtype and a multiply);
 - a data-dependent branch (``Tensor.item()``) reads 1 / True: transformers asks only whether a mask or a packed
@@ -185,15 +187,22 @@ def cuda_kernels():
 
     class Flash(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, is_causal, scale):
+        def forward(ctx, q, k, v, is_causal, scale, mask_shape):
+            # a boolean mask becomes an additive one in the query's dtype for the kernel, for the call only
+            # (``convert_boolean_attn_mask``, aten/src/ATen/native/transformers/attention.cpp), in the forward and
+            # again in the backward
+            ctx.mask_shape = mask_shape
+            converted = torch.empty(mask_shape, dtype=q.dtype, device=q.device) if mask_shape else None
             out = torch.empty_like(q)
             lse = torch.empty(q.shape[0], q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
+            del converted
             ctx.save_for_backward(q, k, v, out, lse)
             return out
 
         @staticmethod
         def backward(ctx, grad):
-            q, k, v, out, lse = ctx.saved_tensors
+            q, k, v, _, _ = ctx.saved_tensors
+            converted = torch.empty(ctx.mask_shape, dtype=q.dtype, device=q.device) if ctx.mask_shape else None
             dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
             b, h, s, d = q.shape
             # the kernel's scratch: dq accumulated in fp32 and softmax's row sums (d + 1 floats a row), and, when
@@ -203,15 +212,16 @@ def cuda_kernels():
             gqa = k.shape[1] != h
             nbytes = b * h * s * (2 * d + 1 if gqa else d + 1) * 4 + (256 if gqa else 0)
             workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-            del workspace
-            return dq, dk, dv, None, None
+            del workspace, converted
+            return dq, dk, dv, None, None, None
 
     original = torch.nn.functional.scaled_dot_product_attention
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         # with a mask (a sliding window, a prefix) the GPU runs the memory-efficient kernel: the same outputs and
         # saved tensors; the mask itself is transformers' tensor, allocated before
-        return Flash.apply(query, key, value, is_causal, scale)
+        boolean = attn_mask is not None and attn_mask.dtype == torch.bool
+        return Flash.apply(query, key, value, is_causal, scale, tuple(attn_mask.shape) if boolean else ())
 
     original_dropout = torch.nn.functional.dropout
 

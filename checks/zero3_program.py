@@ -54,13 +54,16 @@ def _ceil(a: int, b: int) -> int:
 class Gatherer:
     """DeepSpeed's ``PartitionedParameterCoordinator`` for the replay: which parameters are gathered on the GPU, when.
 
-    A module's own parameters (``recurse=False``, none at or below the persistence threshold) are fetched before its
-    forward and before its backward, one block of ceil(numel/N)·N·w bytes each on the allgather stream
+    Every module is hooked, as DeepSpeed hooks every one. A module's own parameters (``recurse=False``, none at or
+    below the persistence threshold) are fetched before its forward and before its backward, one block of ceil(numel/N)·N·w bytes each on the allgather stream
     (``NoGatherHandle``'s ``.to(device)`` copy at N = 1; ``allgather_coalesced``'s output at N > 1). After each
     use they are released (``release_sub_module``) unless the step's recorded trace uses them again within
     ``max_reuse_distance`` parameters (``__params_to_release``); from the second step on (the trace complete), each
     fetch prefetches the parameters that follow in the trace, up to ``prefetch_bucket_size`` elements and
-    ``max_live_parameters`` gathered. The first step releases everything after use."""
+    ``max_live_parameters`` gathered. The fetch of a module with nothing to gather prefetches too, so the gathers run
+    more than one bucket ahead (an H200 run shows five weights gathered before the first layer runs: trace-t7). The
+    GPU takes a prefetch's parameters in a Python set's order; the replay takes them in the trace's order. The first
+    step releases everything after use."""
 
     def __init__(self, rec, world: int, weight_bytes: int, prefetch: int, max_live: int, max_reuse: int):
         self.rec, self.world, self.w = rec, world, weight_bytes
@@ -74,13 +77,14 @@ class Gatherer:
         self.position: dict[int, int] = {}  # module id -> its latest position in this step's trace
         self.queue: deque = deque()
 
-    def register(self, module) -> bool:
+    def register(self, module) -> None:
+        """Every module takes part, as DeepSpeed hooks every one (``_register_deepspeed_module``): one without
+        parameters to gather (a decoder layer, a norm whose weight persists) gathers nothing, but its fetch
+        prefetches like any other (``fetch_sub_module``)."""
         params = [p for p in module.parameters(recurse=False) if p.numel() > PERSISTENCE_THRESHOLD]
-        if params:
-            self.params[id(module)] = params
-            for p in params:
-                self.numel[id(p)] = p.numel()
-        return bool(params)
+        self.params[id(module)] = params
+        for p in params:
+            self.numel[id(p)] = p.numel()
 
     def _gather(self, p) -> None:
         if id(p) in self.live:
@@ -223,9 +227,9 @@ def install_gather_hooks(model, gatherer: Gatherer) -> list:
 
     handles = []
     for module in model.modules():
-        if gatherer.register(module):
-            handles.append(module.register_forward_pre_hook(pre_forward))
-            handles.append(module.register_forward_hook(post_forward))
+        gatherer.register(module)
+        handles.append(module.register_forward_pre_hook(pre_forward))
+        handles.append(module.register_forward_hook(post_forward))
     return handles
 
 

@@ -192,3 +192,56 @@ def test_zero2s_step_makes_the_blocks_the_h200_made():
     assert replayed[:2] == [("f", 589_824_000 * 2), ("f", 500_000_000 * 2)]
     assert replayed[2:] == measured
     assert measured[0] == ("a", 589_824_000 * 8)  # the embedding's gradient in fp64
+
+
+def test_a_boolean_attention_mask_is_converted_for_the_kernel_as_the_h200_did():
+    """Phi-3's sliding window gives SDPA a boolean (b, 1, s, s) mask; aten converts it to the query's dtype for the
+    kernel, for the call only: a 16 MiB transient per layer at micro batch 2 and sequence 2048, in the forward (the
+    H200 run's trace-t7 holds 32 a step, one per layer)."""
+    import torch
+
+    from dsdoctor.checks.step_trace import Recorder, _mode, cuda_kernels
+
+    record = json.loads(gzip.open(T7 / "t7-phi3-full-z3-offboth-mb2-engine.json.gz").read())
+    size = 2 * 2048 * 2048 * 2
+    forward = _phase_blocks(record, "step2:forward")
+    assert sum(1 for (a, n), (b, m) in zip(forward, forward[1:]) if a == "a" and n == size) >= 32
+    q = torch.zeros(2, 32, 2048, 96, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    mask = torch.zeros(2, 1, 2048, 2048, dtype=torch.bool, device="meta")
+    rec = Recorder()
+    with cuda_kernels(), _mode(rec):
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        made = [n for a, _, n in rec.events if a == "a"]
+        freed = [n for a, _, n in rec.events if a == "f"]
+        del out
+    assert size in made and size in freed  # made and freed within the call
+    # no boolean mask, no conversion
+    rec = Recorder()
+    with cuda_kernels(), _mode(rec):
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert size not in [n for a, _, n in rec.events if a == "a"]
+
+
+def test_every_module_prefetches_under_parameter_offload_as_deepspeeds_coordinator_does():
+    """DeepSpeed hooks every module, and each fetch prefetches up to prefetch_bucket_size elements, even for a module
+    with nothing of its own to gather. At the start of step 2 of the Phi-3 run (trace-t7) the H200 had gathered the
+    embedding and then five layer weights (o, qkv, gate_up, down and the next qkv: 141M elements, more than one
+    50M bucket) before the first layer ran. The replay gathers the same five, by size, in the trace's order; the
+    GPU's order within a prefetch is a Python set's."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import memory_loops
+
+    from dsdoctor.checks.step_trace import run_program
+    from dsdoctor.checks.zero3_program import ALLGATHER_STREAM
+
+    record = json.loads(gzip.open(T7 / "t7-phi3-full-z3-offboth-mb2-engine.json.gz").read())
+    measured = [size for a, size in _phase_blocks(record, "step2:forward")[:6]]
+    rec = run_program(memory_loops.setup_of(record["point"]))
+    start = next(i for i, name in rec.marks if name == "step2:forward")
+    first = [(n, rec.streams.get(key, 0)) for a, key, n in rec.events[start:] if a == "a" and n > 2 ** 20][:6]
+    # the first six blocks of the step are the gathers, before any activation (the default stream's)
+    assert [stream for _, stream in first] == [ALLGATHER_STREAM] * 6
+    assert sorted(n for n, _ in first) == sorted(measured)
+    assert first[0][0] == measured[0] == 32064 * 3072 * 2  # the embedding first
