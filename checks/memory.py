@@ -860,7 +860,9 @@ MEM509 = rule(
 MEM510 = rule(
     "MEM510", "warning", "peft has no default LoRA targets for this architecture",
     what="--method lora without --lora-targets, for a model type whose LoRA targets peft does not know "
-         "(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry), so the count assumes q_proj,v_proj.",
+         "(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING has no entry), so the count takes the reference "
+         "trainer's fallback targets, named in the evidence (q_proj,v_proj where the model has them; Phi-3's "
+         "qkv_proj).",
     why="A LoraConfig without target_modules raises at get_peft_model for this model type: 'Please specify "
         "`target_modules` or `target_parameters` in `peft_config`'. The run stops before training, and the "
         "trainable count (and the memory) depends on the targets your LoraConfig gives.",

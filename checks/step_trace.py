@@ -50,8 +50,6 @@ class Recorder:
     _synthetic: dict[int, int] = field(default_factory=dict)  # key -> bytes of a block made by alloc, not freed
     _external: set[int] = field(default_factory=set)  # storages made before the recording
     _next: int = -1
-    #: the GPU whose kernels' scratch blocks are recorded (:mod:`dsdoctor.checks.cuda_workspace`)
-    device: object = None
     _cublas: set[str] = field(default_factory=set)  # the threads whose cuBLAS handle has its workspace
 
     def phase(self) -> str:
@@ -115,7 +113,7 @@ def _mode(recorder: Recorder):
 
     from dsdoctor.checks import cuda_workspace as cw
 
-    device = recorder.device or cw.H200
+    device = cw.H200  # the GPU every calibration run used; the scratch sizes depend on its SM count
     aten = torch.ops.aten
     gemms = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addbmm.default}
     reductions = {aten.sum.dim_IntList, aten.mean.dim}
@@ -143,10 +141,10 @@ def _mode(recorder: Recorder):
                     recorder.alloc(cw.cublas_workspace_bytes(device))
             if func in reductions and isinstance(args[0], torch.Tensor) and args[0].dtype.is_floating_point:
                 x = args[0]
-                dims = args[1] if len(args) > 1 and args[1] is not None else list(range(x.dim()))
-                dims = [d % max(x.dim(), 1) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+                # sum.dim_IntList / mean.dim: a list of dimensions; None or [] reduces them all
+                dims = [d % x.dim() for d in args[1]] if len(args) > 1 and args[1] else list(range(x.dim()))
                 staging, semaphores = cw.reduce_staging_bytes(
-                    tuple(x.shape), tuple(x.stride()), dims or list(range(x.dim())), x.element_size(),
+                    tuple(x.shape), tuple(x.stride()), dims, x.element_size(),
                     8 if x.dtype == torch.float64 else 4, device)
                 if staging:  # gpu_reduce_kernel's buffer and semaphores, for the one kernel
                     keys = (recorder.alloc(staging), recorder.alloc(semaphores))
@@ -166,7 +164,7 @@ def _accumulates_in_place(args, kwargs) -> bool:
     ``old_var + var``. Here the storage's use count is read from C++, less the Python storage object made to read
     it; a gradient that another function still holds (the one an addition's backward hands to both of its inputs)
     counts more, and is added out of place, as on the GPU. Checked against torch's profiler on the CPU (no mode):
-    ``aten::add_`` exactly where this says so (tests/test_step_trace.py)."""
+    ``aten::add_`` exactly where this says so (tests/test_cuda_workspace.py)."""
     import torch
     from torch._prims_common import is_non_overlapping_and_dense_or_false as dense
 
@@ -342,8 +340,9 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
       (``engine.allreduce_bucket``: transient flat copies);
     - each step: ZeRO-1/2 take each gradient of the partition in fp64 for the global norm, one at a time
       (``get_grad_norm_direct``, 8 bytes an element, freed), flatten the partition's gradients (2Ψ_t/N) and cast
-      them to fp32 (4Ψ_t/N), freeing the 16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them (4Ψ_t); the first step of ZeRO-1/2 creates
-      Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32 gradient is freed.
+      them to fp32 (4Ψ_t/N), freeing the 16-bit ones; ZeRO-0 casts each gradient to fp32, then flattens them
+      (4Ψ_t); the first step of ZeRO-1/2 creates Adam's moments (2 x 4Ψ_t/N, FusedAdam's lazy state); the fp32
+      gradient is freed.
 
     With ``offload_optimizer`` (ZeRO-1/2): the fp32 master is made on the host from a 16-bit clone of the
     partition (freed); ``temp_grad_buffer_for_gpu_offload`` (the largest trainable parameter, 16-bit) is kept; each

@@ -14,18 +14,19 @@ trainable elements, n_i a sub-group's (``sub_group_size`` elements each):
   the cache and copies them back as one flat buffer (w·Ψ_t/N; on the host under parameter offload);
   ``_create_fp32_partitions`` converts each sub-group to fp32 and clones it (4·n_i twice, the conversion freed once
   the next sub-group's is made; on the host under optimizer offload); ``initialize_optimizer_states`` a zero fp32
-  gradient of the largest sub-group, freed; the reduction bucket (``reduce_bucket_size`` elements, w bytes each, kept) and the gradient partitions
-  (w·Ψ_t/N, zeros; on the host under optimizer offload); ``create_reduce_and_remove_grad_hooks`` gathers each
+  gradient of the largest sub-group, freed; the reduction bucket (``reduce_bucket_size`` elements, w bytes each,
+  kept) and the gradient partitions (w·Ψ_t/N, zeros; on the host under optimizer offload);
+  ``create_reduce_and_remove_grad_hooks`` gathers each
   trainable parameter whole (``_allgather_params_sequential``) and partitions it again, one at a time;
 - each backward: a gradient that fits is copied into the bucket and its own block freed
   (``__add_grad_to_ipg_bucket``); one that would overflow a non-empty bucket first flushes it into the partitions
   (``__reduce_and_partition_ipg_grads``); one larger than the bucket is kept to the next flush; the epilogue flushes
   the rest;
 - each step: every gathered parameter released (``_partition_all_parameters``); each gradient partition's norm
-  taken in fp64 (``get_grad_norm_direct``: ``.to(torch.double).norm()``, 8 bytes an element, transient); per sub-group
-  the gradient
-  partitions flattened (w·n_i) and cast to fp32 (4·n_i), the 16-bit copy freed, Adam's moments made at the first
-  step (2 x 4·n_i, FusedAdam's lazy state), the fp32 gradient freed; under optimizer offload all of it is on the host;
+  taken in fp64 (``get_grad_norm_direct``: ``.to(torch.double).norm()``, 8 bytes an element, transient); per
+  sub-group the gradient partitions flattened (w·n_i) and cast to fp32 (4·n_i), the 16-bit copy freed, Adam's
+  moments made at the first step (2 x 4·n_i, FusedAdam's lazy state), the fp32 gradient freed; under optimizer
+  offload all of it is on the host;
 - gathering (N > 1, or parameter offload): :class:`Gatherer`, DeepSpeed's parameter coordinator on the allgather
   stream.
 
@@ -55,8 +56,8 @@ class Gatherer:
     """DeepSpeed's ``PartitionedParameterCoordinator`` for the replay: which parameters are gathered on the GPU, when.
 
     Every module is hooked, as DeepSpeed hooks every one. A module's own parameters (``recurse=False``, none at or
-    below the persistence threshold) are fetched before its forward and before its backward, one block of ceil(numel/N)·N·w bytes each on the allgather stream
-    (``NoGatherHandle``'s ``.to(device)`` copy at N = 1; ``allgather_coalesced``'s output at N > 1). After each
+    below the persistence threshold) are fetched before its forward and before its backward, one block of
+    ceil(numel/N)·N·w bytes each on the allgather stream (``NoGatherHandle``'s ``.to(device)`` copy at N = 1; ``allgather_coalesced``'s output at N > 1). After each
     use they are released (``release_sub_module``) unless the step's recorded trace uses them again within
     ``max_reuse_distance`` parameters (``__params_to_release``); from the second step on (the trace complete), each
     fetch prefetches the parameters that follow in the trace, up to ``prefetch_bucket_size`` elements and
@@ -122,6 +123,8 @@ class Gatherer:
     def release(self, module) -> None:
         mid = id(module)
         params = self.params[mid]
+        if not params:  # nothing of its own gathered (a decoder layer, a norm that persists)
+            return
         if self.complete is None:
             for p in params:
                 self._release(id(p))

@@ -31,14 +31,12 @@ def test_a_weight_gradients_reduction_over_the_tokens_takes_the_staging_buffer_t
     tokens and heads (36 a step each)."""
     from dsdoctor.checks.cuda_workspace import reduce_staging_bytes
 
-    tokens = 4 * 2048
     norm, _ = reduce_staging_bytes((4, 2048, 2560), (2048 * 2560, 2560, 1), (0, 1), in_elem=2)
     q_norm, _ = reduce_staging_bytes((4, 2048, 32, 128), (2048 * 4096, 4096, 128, 1), (0, 1, 2), in_elem=2)
     k_norm, _ = reduce_staging_bytes((4, 2048, 8, 128), (2048 * 1024, 1024, 128, 1), (0, 1, 2), in_elem=2)
     assert (norm, q_norm, k_norm) == (138_936_320, 138_412_032, 67_108_864)
     assert transients[norm] == 3 * 73 and transients[q_norm] == 3 * 36
     assert transients[k_norm] >= 3 * 36  # 64 MiB is also the size of the query projection's output
-    assert norm != tokens * 2560 * 4  # not a copy of the input: the kernel's own launch shape decides it
 
 
 def test_a_reduction_within_one_block_takes_no_staging_buffer():
@@ -165,7 +163,7 @@ def test_the_flash_backward_scratch_is_the_block_the_h200_allocated(shape, gqa, 
         start = len(rec.events)
         out.sum().backward()
     events = rec.events[start:]
-    transient = [n for (a, key, n), (a2, key2, _) in zip(events, events[1:]) if a == "a" and a2 == "f" and key == key2]
+    transient = [n for (a, key, n), (b, key2, _) in zip(events, events[1:]) if a + b == "af" and key == key2]
     assert measured in transient
 
 
@@ -204,8 +202,7 @@ def test_a_boolean_attention_mask_is_converted_for_the_kernel_as_the_h200_did():
 
     record = json.loads(gzip.open(T7 / "t7-phi3-full-z3-offboth-mb2-engine.json.gz").read())
     size = 2 * 2048 * 2048 * 2
-    forward = _phase_blocks(record, "step2:forward")
-    assert sum(1 for (a, n), (b, m) in zip(forward, forward[1:]) if a == "a" and n == size) >= 32
+    assert _phase_blocks(record, "step2:forward").count(("a", size)) >= 32
     q = torch.zeros(2, 32, 2048, 96, dtype=torch.bfloat16, device="meta", requires_grad=True)
     mask = torch.zeros(2, 1, 2048, 2048, dtype=torch.bool, device="meta")
     rec = Recorder()

@@ -225,6 +225,13 @@ def _grad_accum(values: dict, world_size: int, path: str | None, notes: list[str
 
 # --- the model and the hardware -------------------------------------------------------------------------------------
 
+def _lora_fallback(method: str, lora_targets: str | None, arch) -> bool:
+    """LoRA with no --lora-targets on a transformers architecture peft has no default targets for
+    (``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``): the count takes the reference trainer's fallback, and a
+    LoraConfig without target_modules raises (MEM510)."""
+    return method == "lora" and not lora_targets and arch.family == "transformers" and not arch.lora_default
+
+
 def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, freeze_last: int,
                 prefix_tokens: int, lora_dropout: float, zero: int, offload_optimizer: str, offload_param: str,
                 gpus: int, nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
@@ -302,7 +309,7 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
                         if unmodeled else "")
         else:
             counting = f"analytic: transformers has no {arch.model_type!r} architecture (remote code is never run)"
-    if method == "lora" and not lora_targets and arch.family == "transformers" and not arch.lora_default:
+    if _lora_fallback(method, lora_targets, arch):
         counting += (f"; LoRA targets {','.join(targets)}: peft has no default for {arch.model_type} (a LoraConfig "
                      f"without target_modules raises there), so these are the reference trainer's fallback; give "
                      f"--lora-targets as your LoraConfig has them")
@@ -491,8 +498,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         notes.append("parameter offload: the allocator slack it adds (allocator_slack) is fitted on one H200 run "
                      "(Qwen3-1.7B); on three held-out runs the estimate was 4% under to 26% over what nvidia-smi "
                      "showed (benchmarks/results/memory-loops/calibration-fit.txt). --replay runs DeepSpeed's "
-                     "fetches on their own stream instead (held out: within 0.5% of nvidia-smi on the two "
-                     "parameter-offload runs of round 6, report-r6.md)")
+                     "fetches on their own stream instead (held out: within 0.5% of nvidia-smi on the three "
+                     "parameter-offload runs of rounds 6 and 8, report-r6.md, report-r8.md; one seen run, Phi-3 "
+                     "full fine-tuning, 8.2% under, step-replay-zero3-offload.md)")
     rates, rates_source = rates_for(hw.gpu)
     report = Report("estimate")
 
@@ -557,7 +565,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
             f"partitions over it, so the per-GPU memory of the machine that will train can differ",
             fix="Give --gpus N (and --nodes M) of the machine that will train; --compare then shows each ZeRO stage "
                 "for that world size"))
-    if method == "lora" and not lora_targets and arch.family == "transformers" and not arch.lora_default:
+    if _lora_fallback(method, lora_targets, arch):
         report.add(mem.MEM510.finding(
             f"model_type {arch.model_type!r}: peft has no default LoRA targets; counted with "
             f"{','.join(setup.lora_targets)}", fix="Give target_modules in your LoraConfig and the same to "
