@@ -389,9 +389,10 @@ def test_another_vocabulary_or_depth_of_a_registry_model_is_rewritten_as_transfo
 
 @pytest.mark.parametrize("name, change", [
     ("deepseek-v2-lite", {"num_hidden_layers": 5}),  # a dense first layer, then MoE layers: two kinds
-    ("qwen3-8b", {"hidden_size": 2048}),  # a size the rewrite does not cover
+    ("phi-3-mini-4k-instruct", {"hidden_size": 3000}),  # 32 heads do not divide it: the head size is not whole
+    ("qwen3-30b-a3b", {"decoder_sparse_step": 2}),  # a key that changes the layers' pattern: fixed in the template
     ("qwen3-8b", {"vocab_size": 0}), ("qwen3-8b", {"num_hidden_layers": "36"}),
-    ("qwen3-8b", {"tie_word_embeddings": True, "vocab_size": 1000}),
+    ("qwen3-8b", {"attention_bias": True}),  # biases: another skeleton, no row has it
     ("gemma-3-4b-pt", {"vocab_size": 262_300}),  # multimodal: text_config
 ])
 def test_what_the_rewrite_does_not_cover_is_left_to_the_meta_build(name, change):

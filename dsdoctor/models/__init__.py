@@ -170,10 +170,10 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
         return structure.arch_from_structure(shipped[1], name=name, source=f"{source} (= registry {shipped[0]}: "
                                              "its structure shipped with dsdoctor)", config=config)
     scaled = structure.scaled_for(config)
-    if scaled is not None:  # a registry model with another vocabulary or layer count: its structure, rewritten
+    if scaled is not None:  # a registry architecture at other sizes: its structure, rewritten
         return structure.arch_from_structure(scaled[1], name=name, source=f"{source} (registry {scaled[0]}'s "
-                                             "structure shipped with dsdoctor, its vocab_size / num_hidden_layers "
-                                             "set to this config's)", config=config)
+                                             "structure shipped with dsdoctor, rewritten to this config's sizes by "
+                                             "its shape template)", config=config)
     from dsdoctor.meta_count import transformers_knows
 
     model_type = config.get("model_type")

@@ -566,10 +566,20 @@ NEUTRAL_KEYS = frozenset({"architectures", "transformers_version", "_name_or_pat
                           "max_position_embeddings", "hidden_act", "hidden_activation", "output_router_logits"})
 
 
+def _ignorable(key: str, value) -> bool:
+    """Whether config.json's ``key`` leaves the structure a row ships as it is: one of :data:`NEUTRAL_KEYS`, a
+    dropout rate of 0 (``attention_dropout``, Phi-3's ``embd_pdrop`` / ``resid_pdrop``: no mask is drawn), or
+    ``auto_map`` (the repository's own code, which dsdoctor never runs: :func:`build_meta` drops it and builds
+    transformers' class of the model_type, as ``AutoModelForCausalLM`` does without ``trust_remote_code``)."""
+    if key in NEUTRAL_KEYS or key == "auto_map":
+        return True
+    return key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")) and value == 0
+
+
 def shipped_for(config: dict) -> tuple[str, dict] | None:
     """(registry name, shipped structure) when ``config`` is that registry row's config.json as saved: the same
-    value for every key of the row but :data:`NEUTRAL_KEYS`, and only those besides (``attention_dropout`` too, when
-    0), their values as saved (:func:`_as_saved`). A user's local copy of a registry model then needs no
+    value for every key of the row but :data:`NEUTRAL_KEYS`, and only those besides (or :func:`_ignorable` ones),
+    their values as saved (:func:`_as_saved`). A user's local copy of a registry model then needs no
     transformers import (the meta build costs 8-10 s cold on 2 cores, benchmarks/results/estimate-speed.txt). None
     otherwise."""
     for name, _, desc in _rows_like(config, frozenset()):
@@ -579,11 +589,11 @@ def shipped_for(config: dict) -> tuple[str, dict] | None:
 
 def _rows_like(config: dict, free: frozenset[str]):
     """(registry name, its config.json values, shipped structure) of each row ``config`` equals on every key but
-    :data:`NEUTRAL_KEYS` and ``free``, with no key besides those (``attention_dropout`` too, when 0); a key the row
+    :data:`NEUTRAL_KEYS` and ``free``, with no key besides those (:func:`_ignorable`); a key the row
     has must be given (a key left to transformers' default is not assumed to be the row's)."""
     from dsdoctor.models.registry import REGISTRY
 
-    extra = {k for k, v in config.items() if k not in NEUTRAL_KEYS and not (k == "attention_dropout" and v == 0)}
+    extra = {k for k, v in config.items() if not _ignorable(k, v)}
     for name, (_, row) in REGISTRY.items():
         if extra <= set(row) | free and all(k in NEUTRAL_KEYS or k in free or k in config and config[k] == v
                                             for k, v in row.items()):
@@ -613,26 +623,49 @@ SCALED_KEYS = frozenset({"vocab_size", "num_hidden_layers", "layer_types"})
 
 
 def scaled_for(config: dict) -> tuple[str, dict] | None:
-    """(registry name, structure) for a ``config`` that is a registry row's config.json but for ``vocab_size`` and
-    ``num_hidden_layers`` (:data:`SCALED_KEYS`; :data:`NEUTRAL_KEYS` ignored as in :func:`shipped_for`): the row's
-    shipped structure with those sizes rewritten, exactly as :func:`describe` would read them off the model built
-    from ``config`` (``tests/test_structure.py`` compares the two):
+    """(registry name, structure) for a ``config`` that is a registry row's config.json but for its sizes
+    (:data:`NEUTRAL_KEYS` ignored as in :func:`shipped_for`): the row's shipped structure rewritten exactly as
+    :func:`describe` would read it off the model built from ``config`` (``tests/test_structure.py`` and
+    ``tests/test_template.py`` compare the two):
 
+    - any size key of the row's shape template (:mod:`dsdoctor.models.template`: ``hidden_size``,
+      ``intermediate_size``, heads, key/value heads, head size, experts, ...; fitted on transformers' own models
+      and shipped in ``templates.json``): every integer of the structure recomputed from the config's sizes;
     - vocabulary V -> V': the input embedding and an untied output projection are V x w (w: their width, bias
       V), so their parameters scale by V'/V; the total by the difference;
     - layers L -> L': every decoder layer of the row must be of one kind (a list of identical layers, as
       transformers' ``nn.ModuleList`` of ``config.num_hidden_layers`` decoder layers); the total changes by
       (L' - L) x that layer's parameters. ``layer_types`` may differ only in length, holding the row's one type.
 
-    None when no row of the same model_type differs only so, when a layout the rewrite does not cover is met (several
-    layer kinds, an embedding that is not V x w, a multimodal ``text_config``), or when the values are not
-    positive integers: the caller then builds the model on the meta device."""
+    None when no row of the same model_type differs only so, when a layout the rewrite does not cover is met (a
+    key the template keeps fixed, several layer kinds with another layer count, an embedding that is not V x w, a
+    multimodal ``text_config``), or when the values are not positive integers: the caller then builds the model on
+    the meta device."""
     if isinstance(config.get("text_config"), dict):
         return None
-    for name, row, desc in _rows_like(config, SCALED_KEYS):
-        scaled = _rescale(desc, row, config)
+    from dsdoctor.models.template import evaluate, shipped_templates
+
+    templates = shipped_templates()
+    sized = frozenset(k for t in templates.values() for k in t.get("free", ()))
+    for name, row, desc in _rows_like(config, SCALED_KEYS | sized):
+        template = templates.get(name)
+        own = set(template["free"]) if template else set()
+        differs = {k for k, v in config.items() if not _ignorable(k, v) and v != row.get(k)}
+        if not differs <= SCALED_KEYS | own:
+            continue
+        resized, sized_row = desc, row
+        if differs & own:
+            resized = evaluate(template, desc, row, config)
+            if resized is None:
+                continue
+            sized_row = {**row, **{k: config[k] for k in own if k in config}}
+        scaled = _rescale(resized, sized_row, config)
         if scaled is not None:
             return name, _as_saved(scaled, config)
+        if resized is not desc and _positive_int(config.get("num_hidden_layers")) and \
+                config["num_hidden_layers"] == row.get("num_hidden_layers") and \
+                config.get("layer_types") == row.get("layer_types"):
+            return name, _as_saved(resized, config)
     return None
 
 
@@ -668,24 +701,39 @@ def _rescale(desc: dict, row: dict, config: dict) -> dict | None:
                              + (layers - len(desc["layers"])) * desc["kinds"][kind]["params"])}
 
 
-def _write_shipped() -> None:
+def _write_shipped(only: list[str] | None = None) -> None:
+    """Write ``structures.json`` (each non-analytic registry row's structure) and ``templates.json`` (each one's
+    shape template, :func:`dsdoctor.models.template.fit`; a row whose fit fails its checks has none). ``only``:
+    refit those rows' templates, keeping the others'."""
+    from dsdoctor.models import template
     from dsdoctor.models.analytic import is_analytic
     from dsdoctor.models.registry import REGISTRY
 
     out = {}
+    templates = {} if only is None else dict(template.shipped_templates())
     for name, (repo, config) in REGISTRY.items():
-        if not is_analytic(config):
-            out[name] = describe_config(config)
+        if is_analytic(config):
+            continue
+        out[name] = describe_config(config)
+        if only is None or name in only:
+            fitted = template.fit(config, describe_config)
+            templates.pop(name, None)
+            if fitted is not None:
+                templates[name] = fitted
+            print(f"{name}: " + (f"template over {', '.join(fitted['free'])} (fixed: "
+                                 f"{', '.join(fitted['fixed']) or 'none'})" if fitted else "no template"), flush=True)
     SHIPPED.write_text(json.dumps(out, indent=None, sort_keys=True, separators=(",", ":")) + "\n")
+    template.SHIPPED.write_text(json.dumps(templates, indent=None, sort_keys=True, separators=(",", ":")) + "\n")
     shipped_structures.cache_clear()
-    print(f"wrote {SHIPPED}: {len(out)} structures")
+    template.shipped_templates.cache_clear()
+    print(f"wrote {SHIPPED}: {len(out)} structures, {template.SHIPPED}: {len(templates)} templates")
 
 
-if __name__ == "__main__":  # python -m dsdoctor.models.structure --write
+if __name__ == "__main__":  # python -m dsdoctor.models.structure --write [ROW ...]
     import sys
 
-    if sys.argv[1:] == ["--write"]:
-        _write_shipped()
+    if sys.argv[1:2] == ["--write"]:
+        _write_shipped(sys.argv[2:] or None)
     else:
-        print("usage: python -m dsdoctor.models.structure --write", file=sys.stderr)
+        print("usage: python -m dsdoctor.models.structure --write [ROW ...]", file=sys.stderr)
         sys.exit(2)
