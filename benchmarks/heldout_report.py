@@ -45,11 +45,9 @@ def predict(grid_path: Path) -> None:
 
 
 def setup_attn(point: dict):
-    from memory_loops import RAN_SDPA
+    from memory_loops import RAN_SDPA, point_config
 
-    from dsdoctor.models import REGISTRY
-
-    return point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"])
+    return point.get("attn") or RAN_SDPA.get(point_config(point)["model_type"])
 
 
 def main(folder: Path) -> None:

@@ -81,14 +81,22 @@ def ds_config(point: dict) -> dict:
     return grid_config(point)
 
 
+def point_config(point: dict) -> dict:
+    """The config.json of a point: its own ``config`` (a hub config.json that is no registry row, e.g. Phi-4),
+    else its registry row's."""
+    from dsdoctor.models import REGISTRY
+
+    return point.get("config") or REGISTRY[point["model"]][1]
+
+
 def build(point: dict, torch):
     """The model of ``point`` on the GPU with its method applied; (model, its config)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from dsdoctor.models import REGISTRY
-
-    values = {k: v for k, v in REGISTRY[point["model"]][1].items() if k not in ("torch_dtype", "model_type")}
-    config = AutoConfig.for_model(REGISTRY[point["model"]][1]["model_type"], **values)
+    row = point_config(point)
+    values = {k: v for k, v in row.items() if k not in ("torch_dtype", "model_type", "auto_map", "_name_or_path",
+                                                         "architectures", "transformers_version")}
+    config = AutoConfig.for_model(row["model_type"], **values)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     method = point["method"]
@@ -365,10 +373,16 @@ def setup_of(point: dict):
     loop (``--launch``) and the attention the GPU machine's transformers ran (:data:`RAN_SDPA`)."""
     from memory_accuracy import setup_of as grid_setup
 
-    from dsdoctor.models import REGISTRY
+    spec = point["model"]
+    if point.get("config"):  # estimated as a user would: `--model DIR` holding that config.json
+        import tempfile
 
-    return grid_setup({**point, "launch": point.get("loop", "engine")},
-                      attn=point.get("attn") or RAN_SDPA.get(REGISTRY[point["model"]][1]["model_type"]))
+        folder = Path(tempfile.gettempdir()) / "dsdoctor-grid-configs" / point["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(point["config"]))
+        spec = str(folder)
+    return grid_setup({**point, "model": spec, "launch": point.get("loop", "engine")},
+                      attn=point.get("attn") or RAN_SDPA.get(point_config(point)["model_type"]))
 
 
 def predict(point: dict):
