@@ -90,7 +90,8 @@ def main() -> None:
     local_cases(exe, args)
 
 
-#: architectures transformers implements that no registry row has, so no shape template: the meta path itself.
+#: architectures transformers implements that no registry row has: their config class's default template
+#: (dsdoctor/models/template.py default_templates); with a flag the template does not cover, the meta path itself.
 #: Sizes after the hub configs named (for timing: the structure is read off whatever the sizes are).
 UNSHIPPED = {
     "olmo2 (sizes after allenai/OLMo-2-1124-7B)": {
@@ -124,8 +125,10 @@ def local_cases(exe: str, args) -> None:
                       (name, "another MLP width and half the key/value heads: shape template",
                        {**row, "intermediate_size": row["intermediate_size"] - 256,
                         "num_key_value_heads": row["num_key_value_heads"] // 2}, 0.3)]
-        cases += [(name, "no registry row: structure read off the meta model", config, 6)
+        cases += [(name, "no registry row: its class's default template", config, 0.3)
                   for name, config in UNSHIPPED.items()]
+        cases += [(name, "with attention biases (a flag no template covers): structure read off the meta model",
+                   {**config, "attention_bias": True}, 6) for name, config in UNSHIPPED.items() if name.startswith("olmo2")]
         for name, label, config, goal in cases:
             folder = Path(tmp) / f"case-{len(list(Path(tmp).iterdir()))}"
             folder.mkdir()

@@ -408,4 +408,4 @@ def test_a_local_checkpoint_with_added_tokens_is_counted_without_transformers(tm
     total, source, torch_loaded, transformers_loaded = _resolved_in_a_fresh_process(
         tmp_path, {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED, "vocab_size": 151_936 + 64})
     assert total == 8_190_735_360 + 2 * 64 * 4096  # the embedding and the untied output projection each gain 64 rows
-    assert "registry qwen3-8b's structure" in source and not torch_loaded and not transformers_loaded
+    assert "the architecture of registry qwen3-8b" in source and not torch_loaded and not transformers_loaded

@@ -188,3 +188,105 @@ def test_real_configs_of_other_sizes_take_the_template_and_match_the_published_c
     assert row == "phi-3-mini-4k-instruct"
     assert scaled["total_params"] == published
     assert _without_versions(scaled) == _without_versions(describe_config(config))
+
+
+# --- any architecture transformers implements: the config classes' defaults -------------------------------------
+
+#: OLMo-2-0425-1B's geometry from its own config.json (a public test fixture, index id 60588861793); no registry
+#: row is an OLMo. Published count 1,484,916,736 (allenai/OLMo-2-0425-1B-Instruct, index ids 68688959620,
+#: 61922969013 'Reported BF16 parameter count').
+OLMO_2_1B = {
+    "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "attention_bias": False, "hidden_act": "silu",
+    "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 16, "num_hidden_layers": 16,
+    "num_key_value_heads": 16, "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 500000,
+    "tie_word_embeddings": False, "vocab_size": 100352}
+
+
+def test_an_architecture_no_row_has_takes_its_default_template_and_matches_the_published_count(tmp_path):
+    """OLMo-2 1B: counted from transformers' Olmo2 at its defaults, rewritten to the config's sizes, without torch
+    or transformers in the process: the published count, and the meta build's structure."""
+    from dsdoctor.models.structure import default_for
+
+    desc = default_for(OLMO_2_1B)
+    assert desc["total_params"] == 1_484_916_736
+    assert _without_versions(desc) == _without_versions(describe_config(OLMO_2_1B))
+    (tmp_path / "config.json").write_text(json.dumps(OLMO_2_1B))
+    code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
+            "print(json.dumps([a.total_params, a.source, 'torch' in sys.modules, 'transformers' in sys.modules]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    total, source, torch_loaded, transformers_loaded = json.loads(subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env, check=True).stdout)
+    assert total == 1_484_916_736 and "Olmo2ForCausalLM at its config class's defaults" in source
+    assert not torch_loaded and not transformers_loaded
+
+
+@pytest.mark.parametrize("change", [
+    {"attention_bias": True},  # a flag that adds parameters: not neutral, so the meta build decides
+    {"attention_dropout": 0.1},  # a dropout draws masks the activations keep: only 0 is ignorable
+    {"num_key_value_heads": None},  # transformers derives it from the head count
+    {"some_new_key": 3},  # a key the config class does not have
+])
+def test_what_the_default_template_does_not_cover_is_left_to_the_meta_build(change):
+    from dsdoctor.models.structure import default_for
+
+    assert default_for({**OLMO_2_1B, **change}) is None
+
+
+def test_the_default_templates_cover_most_causal_lm_architectures():
+    """Shipped for the causal-LM model types of the installed transformers that build at their defaults within the
+    fit's time budget; the analytic families (llama, mistral, qwen2, ...) are counted from their keys instead."""
+    from dsdoctor.models.analytic import ANALYTIC_TYPES
+    from dsdoctor.models.template import default_templates
+
+    shipped = default_templates()
+    assert not set(shipped) & set(ANALYTIC_TYPES)
+    assert {"olmo2", "granite", "starcoder2", "qwen3", "gemma2", "phi3", "cohere", "stablelm"} <= set(shipped)
+    assert len(shipped) >= 100
+
+
+DEFAULT_TYPES = ["olmo2", "granite", "starcoder2", "cohere", "stablelm", "qwen3_moe"]
+
+
+@pytest.mark.parametrize("model_type", DEFAULT_TYPES)
+def test_hypothesis_sizes_of_default_templates_match_the_meta_build(model_type):
+    """Property, as for the registry rows: sizes drawn around the defaults give the meta build's structure, or
+    None; never another structure."""
+    from dsdoctor.models.structure import default_for
+    from dsdoctor.models.template import default_templates
+
+    entry = default_templates()[model_type]
+    row, free = entry["row"], entry["template"]["free"]
+
+    @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.fixed_dictionaries({k: st.sampled_from([row[k] // 2, row[k], row[k] * 2] if row[k] % 2 == 0 else
+                                                     [row[k], row[k] * 2]) for k in free}))
+    def check(sizes):
+        config = {**row, **sizes}
+        heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
+        if heads and kv and heads % kv:
+            return
+        try:
+            built = describe_config(config)
+        except Exception:  # noqa: BLE001
+            return
+        desc = default_for(config)
+        if desc is not None:
+            assert _without_versions(desc) == _without_versions(built)
+
+    check()
+
+
+@pytest.mark.parametrize("missing", ["num_key_value_heads", "intermediate_size", "vocab_size"])
+def test_a_size_the_config_omits_is_never_taken_from_another_row(missing):
+    """Found by a new user: Qwen3-8B's hub config without num_key_value_heads was counted with Qwen3-14B's value
+    (8,190,735,360 against transformers' 9,096,705,024). A registry row's size is assumed only when given."""
+    config = {k: v for k, v in REGISTRY["qwen3-8b"][1].items() if k != missing}
+    assert scaled_for(config) is None
+
+
+def test_a_float_size_is_not_the_row_s_integer():
+    """hidden_size 4096.0 is no registry row (transformers refuses a float size): left to the meta build's error."""
+    from dsdoctor.models.structure import shipped_for
+
+    assert shipped_for({**REGISTRY["qwen3-8b"][1], "hidden_size": 4096.0}) is None
+    assert scaled_for({**REGISTRY["qwen3-8b"][1], "hidden_size": 4096.0}) is None

@@ -282,7 +282,8 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     counting = "analytic, from the registry's config.json values (checked against transformers on the meta device " \
                "in tests/test_models.py)"
     if arch.exact_total is not None:  # read off transformers' model on the meta device
-        counting = ("exact: the structure of transformers' model built on the meta device (total as "
+        counting = ("exact: the structure of transformers' model, built on the meta device or read from the shape "
+                    "template dsdoctor ships for it (model_source says which; total as "
                     "sum(p.numel())" + (", trainable from its linears as peft wraps them" if method == "lora" else "")
                     + (", prefix width as peft computes it" if method == "ptuning" else "") + ")")
         if arch.unmodeled:

@@ -171,9 +171,16 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
                                              "its structure shipped with dsdoctor)", config=config)
     scaled = structure.scaled_for(config)
     if scaled is not None:  # a registry architecture at other sizes: its structure, rewritten
-        return structure.arch_from_structure(scaled[1], name=name, source=f"{source} (registry {scaled[0]}'s "
-                                             "structure shipped with dsdoctor, rewritten to this config's sizes by "
-                                             "its shape template)", config=config)
+        return structure.arch_from_structure(scaled[1], name=name, source=f"{source} (the architecture of registry "
+                                             f"{scaled[0]}: its structure shipped with dsdoctor, rewritten to this "
+                                             "config's own sizes by the shape template; nothing built)", config=config)
+    default = structure.default_for(config)
+    if default is not None:  # any other architecture: transformers' class at its defaults, rewritten to the sizes
+        return structure.arch_from_structure(default, name=name, source=f"{source} (transformers' "
+                                             f"{default['class']} at its config class's defaults, shipped with "
+                                             "dsdoctor and rewritten to this config's own sizes by its shape "
+                                             "template; nothing built)",
+                                             config=config)
     from dsdoctor.meta_count import transformers_knows
 
     model_type = config.get("model_type")

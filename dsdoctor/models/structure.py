@@ -279,7 +279,8 @@ def _describe_layer(layer, hidden: int, heads: int, head_dim: int, kv_heads: int
                 source, reads_input = None, fan_in == hidden
             if in_expert_list(name):
                 role = "expert"
-            elif "router" in name.split(".")[-1] or (num_experts and fan_out == num_experts and fan_in == hidden):
+            elif "router" in name.split(".")[-1] or (num_experts and fan_out == num_experts and fan_in == hidden
+                                                      and where == "mlp"):  # k_proj may write E values too
                 role = "router"
             elif reads_input:
                 role = f"{where}_in"
@@ -563,7 +564,8 @@ def shipped_structures() -> dict:
 NEUTRAL_KEYS = frozenset({"architectures", "transformers_version", "_name_or_path", "torch_dtype", "dtype", "use_cache",
                           "initializer_range", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "rope_theta",
                           "rope_scaling", "rope_parameters", "bos_token_id", "eos_token_id", "pad_token_id",
-                          "max_position_embeddings", "hidden_act", "hidden_activation", "output_router_logits"})
+                          "max_position_embeddings", "hidden_act", "hidden_activation", "output_router_logits",
+                          "cache_implementation"})
 
 
 def _ignorable(key: str, value) -> bool:
@@ -574,6 +576,11 @@ def _ignorable(key: str, value) -> bool:
     if key in NEUTRAL_KEYS or key == "auto_map":
         return True
     return key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")) and value == 0
+
+
+def _same(a, b) -> bool:
+    """Equal as config.json values: 4096.0 is not 4096 (transformers refuses a float size), True is not 1."""
+    return a == b and isinstance(a, bool) == isinstance(b, bool) and isinstance(a, float) == isinstance(b, float)
 
 
 def shipped_for(config: dict) -> tuple[str, dict] | None:
@@ -595,7 +602,7 @@ def _rows_like(config: dict, free: frozenset[str]):
 
     extra = {k for k, v in config.items() if not _ignorable(k, v)}
     for name, (_, row) in REGISTRY.items():
-        if extra <= set(row) | free and all(k in NEUTRAL_KEYS or k in free or k in config and config[k] == v
+        if extra <= set(row) | free and all(k in NEUTRAL_KEYS or k in config and (k in free or _same(config[k], v))
                                             for k, v in row.items()):
             desc = shipped_structures().get(name)
             if desc is not None and desc.get("format") == FORMAT:
@@ -643,30 +650,62 @@ def scaled_for(config: dict) -> tuple[str, dict] | None:
     the meta device."""
     if isinstance(config.get("text_config"), dict):
         return None
-    from dsdoctor.models.template import evaluate, shipped_templates
+    from dsdoctor.models.template import shipped_templates
 
     templates = shipped_templates()
     sized = frozenset(k for t in templates.values() for k in t.get("free", ()))
     for name, row, desc in _rows_like(config, SCALED_KEYS | sized):
         template = templates.get(name)
         own = set(template["free"]) if template else set()
-        differs = {k for k, v in config.items() if not _ignorable(k, v) and v != row.get(k)}
+        differs = {k for k, v in config.items() if not _ignorable(k, v) and not _same(v, row.get(k))}
         if not differs <= SCALED_KEYS | own:
             continue
-        resized, sized_row = desc, row
-        if differs & own:
-            resized = evaluate(template, desc, row, config)
-            if resized is None:
-                continue
-            sized_row = {**row, **{k: config[k] for k in own if k in config}}
-        scaled = _rescale(resized, sized_row, config)
-        if scaled is not None:
-            return name, _as_saved(scaled, config)
-        if resized is not desc and _positive_int(config.get("num_hidden_layers")) and \
-                config["num_hidden_layers"] == row.get("num_hidden_layers") and \
-                config.get("layer_types") == row.get("layer_types"):
-            return name, _as_saved(resized, config)
+        resized = _resized(template if differs & own else None, desc, row, config)
+        if resized is not None:
+            return name, resized
     return None
+
+
+def _resized(template: dict | None, desc: dict, row: dict, config: dict) -> dict | None:
+    """``desc`` (the structure of config.json ``row``) at ``config``'s sizes: the template's integers
+    (:func:`dsdoctor.models.template.evaluate`), then the vocabulary and layer count (:func:`_rescale`); None where
+    either declines or nothing differs."""
+    from dsdoctor.models.template import evaluate
+
+    resized, sized_row = desc, row
+    if template is not None:
+        resized = evaluate(template, desc, row, config)
+        if resized is None:
+            return None
+        sized_row = {**row, **{k: config[k] for k in template["free"] if k in config}}
+    scaled = _rescale(resized, sized_row, config)
+    if scaled is not None:
+        return _as_saved(scaled, config)
+    if resized is not desc and _positive_int(config.get("num_hidden_layers")) and \
+            config["num_hidden_layers"] == row.get("num_hidden_layers") and \
+            config.get("layer_types") == row.get("layer_types"):
+        return _as_saved(resized, config)
+    return None
+
+
+def default_for(config: dict) -> dict | None:
+    """The structure of ``config`` from its model_type's shipped default template
+    (:func:`dsdoctor.models.template.default_match`: the config class's defaults, built and fitted at release), for
+    any causal-LM architecture of transformers that no registry row covers; the defaults' own structure when only
+    neutral keys differ. None when the config differs from the defaults in a way the template does not cover: the
+    caller builds it on the meta device. Exact: ``tests/test_template.py`` compares it with the meta build."""
+    from dsdoctor.models.template import default_match
+
+    if isinstance(config.get("text_config"), dict):
+        return None
+    match = default_match(config)
+    if match is None:
+        return None
+    entry, full = match
+    desc, row = entry["desc"], entry["row"]
+    if all(full.get(k) == row.get(k) for k in set(entry["template"]["free"]) | SCALED_KEYS):
+        return _as_saved(desc, full)
+    return _resized(entry["template"], desc, row, full)
 
 
 def _positive_int(value) -> bool:

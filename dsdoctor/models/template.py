@@ -367,3 +367,163 @@ def _get(desc, path):
     for key in path:
         desc = desc[key]
     return desc
+
+
+# --- every architecture transformers implements: templates of each config class's defaults ----------------------
+
+DEFAULTS_SHIPPED = Path(__file__).with_name("default_templates.json")
+#: PretrainedConfig's own bookkeeping keys (output switches, labels, the problem type): no shape depends on them
+_BASE_KEYS = frozenset({"output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward",
+                        "is_encoder_decoder", "id2label", "label2id", "problem_type", "tokenizer_class", "prefix",
+                        "task_specific_params", "is_decoder", "add_cross_attention", "cross_attention_hidden_size",
+                        "finetuning_task", "sep_token_id", "decoder_start_token_id", "tf_legacy_loss",
+                        "use_bfloat16", "torchscript", "pruned_heads", "num_labels"})
+
+
+@functools.cache
+def default_templates() -> dict:
+    """model_type -> {row, derived, neutral, desc, template} as ``default_templates.json`` ships them ({} when
+    absent): read only when no registry row matched (the file is larger)."""
+    try:
+        return json.loads(DEFAULTS_SHIPPED.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _default_row(model_type: str) -> tuple[dict, list[str]]:
+    """(config.json of ``model_type``'s config class at its defaults, the keys whose saved value its ``__init__``
+    derives from others: ``num_key_value_heads=None`` becomes the head count, ``head_dim=None`` hidden / heads)."""
+    import inspect
+
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type)
+    signature = inspect.signature(type(config).__init__).parameters
+    row = {}
+    for key, value in config.to_dict().items():
+        if key in _BASE_KEYS or key in ("transformers_version", "architectures", "_name_or_path", "dtype"):
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        row[key] = value
+    from dsdoctor.models.structure import NEUTRAL_KEYS
+
+    derived = sorted(k for k, p in signature.items() if k in row and p.default is None and row[k] is not None
+                     and k not in NEUTRAL_KEYS)
+    return row, derived
+
+
+class _OutOfTime(BaseException):
+    """Raised by SIGALRM when a default config's fit runs past its budget."""
+
+
+def fit_default(model_type: str, describe_config, seed: int = 0, budget_s: int = 40) -> dict | None:
+    """The shipped entry of ``model_type`` (:func:`default_templates`): the config class's defaults as a row, its
+    structure and :func:`fit`'s template of it, and the keys of another type (a float, a flag) whose change leaves
+    the structure as it is (each changed alone: ``neutral``). None when the defaults do not build or fit, or take
+    more than ``budget_s`` seconds (SIGALRM; the fit is 32 + 8 + 2 per size key meta builds)."""
+    import signal
+
+    def out_of_time(signum, frame):
+        raise _OutOfTime  # not an Exception: the probes' own handlers must not swallow it
+
+    signal.signal(signal.SIGALRM, out_of_time)
+    signal.alarm(budget_s)  # a default config of hundreds of experts builds slowly: skipped, left to the meta build
+    try:
+        row, derived = _default_row(model_type)
+        if isinstance(row.get("text_config"), dict) or not any(_is_int(v) for v in row.values()):
+            return None
+        desc = describe_config(row)
+        template = fit(row, describe_config, seed=seed, probes=32, checks=8)
+        if template is None:
+            return None
+        neutral = _neutral_keys(row, desc, describe_config)
+    except (Exception, _OutOfTime):  # noqa: BLE001 - an architecture dsdoctor cannot read, or out of time
+        return None
+    finally:
+        signal.alarm(0)
+    return {"model_type": model_type, "row": row, "derived": derived, "neutral": neutral, "desc": desc,
+            "template": template}
+
+
+def _neutral_keys(row: dict, desc: dict, describe_config) -> list[str]:
+    """The float and flag keys of ``row`` whose change alone (a flag flipped, a float doubled plus a half) leaves
+    ``describe_config``'s structure as it is; dropout rates never (their masks are activations)."""
+    plain = _strip_versions(desc)
+    neutral = []
+    for key, value in row.items():
+        if key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")):
+            continue  # no shape, but a dropout rate draws masks the activations keep: only 0 is ignorable
+        if isinstance(value, bool):
+            changed = not value
+        elif isinstance(value, float):
+            changed = value * 2 + 0.5
+        else:
+            continue
+        try:
+            same = _strip_versions(describe_config({**row, key: changed})) == plain
+        except Exception:  # noqa: BLE001
+            same = False
+        if same:
+            neutral.append(key)
+    return neutral
+
+
+def default_match(config: dict) -> tuple[dict, dict] | None:
+    """(the shipped entry, the config.json as transformers completes it) when ``config`` is its model_type's
+    default config but for sizes the entry's template frees, keys it found neutral, and keys that shape nothing
+    (``ignorable``: :func:`dsdoctor.models.structure._ignorable`); a key the config omits takes the class default, as
+    transformers does, unless transformers derives it from other keys (then None: the meta build decides)."""
+    from dsdoctor.models.structure import SCALED_KEYS, _ignorable, _same
+
+    entry = default_templates().get(config.get("model_type"))
+    if not isinstance(entry, dict) or entry.get("template", {}).get("format") != FORMAT:
+        return None
+    row, free = entry["row"], set(entry["template"]["free"]) | set(entry["neutral"]) | SCALED_KEYS
+    for key, value in config.items():
+        if _ignorable(key, value) or key in _BASE_KEYS or key in free:
+            continue
+        if key not in row or not _same(value, row[key]):
+            return None
+    if any(config.get(k) is None for k in entry["derived"]):
+        return None
+    return entry, {**row, **config}
+
+
+def _write_defaults(model_types: list[str] | None = None, out_path: Path = DEFAULTS_SHIPPED) -> None:
+    """Fit and write ``default_templates.json``: every causal-LM model_type of the installed transformers that is
+    not one of dsdoctor's analytic families (``python -m dsdoctor.models.template --write-defaults [TYPE ...]``)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from dsdoctor.models.analytic import ANALYTIC_TYPES
+    from dsdoctor.models.structure import describe_config
+
+    out = {} if model_types is None or out_path != DEFAULTS_SHIPPED else dict(default_templates())
+    for model_type in sorted(model_types or MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+        if model_type in ANALYTIC_TYPES:
+            continue
+        entry = fit_default(model_type, describe_config)
+        out.pop(model_type, None)
+        if entry is not None:
+            out[model_type] = entry
+        print(f"{model_type}: " + (f"template over {', '.join(entry['template']['free'])}" if entry else "none"),
+              flush=True)
+        out_path.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n")
+    print(f"wrote {out_path}: {len(out)} model types")
+
+
+if __name__ == "__main__":  # python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out FILE]
+    import sys
+
+    args = sys.argv[1:]
+    if args[:1] == ["--write-defaults"]:
+        target = DEFAULTS_SHIPPED
+        if "--out" in args:  # a part of the types into another file (two processes on two cores), merged by hand
+            target = Path(args[args.index("--out") + 1])
+            args = args[:args.index("--out")] + args[args.index("--out") + 2:]
+        _write_defaults(args[1:] or None, target)
+    else:
+        print("usage: python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out FILE]", file=sys.stderr)
+        sys.exit(2)
