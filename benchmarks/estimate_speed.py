@@ -129,8 +129,8 @@ def local_cases(exe: str, args) -> None:
                   for name, config in UNSHIPPED.items()]
         cases += [(name, "with attention biases (a flag no template covers): structure read off the meta model",
                    {**config, "attention_bias": True}, 6) for name, config in UNSHIPPED.items() if name.startswith("olmo2")]
-        for name, label, config, goal in cases:
-            folder = Path(tmp) / f"case-{len(list(Path(tmp).iterdir()))}"
+        for number, (name, label, config, goal) in enumerate(cases):
+            folder = Path(tmp) / f"case-{number}"
             folder.mkdir()
             (folder / "config.json").write_text(json.dumps(config))
             argv = [exe, "estimate", "--model", str(folder), "--method", "lora", "--gpu-mem", "80", "--json", "-"]

@@ -29,6 +29,13 @@ of :func:`dsdoctor.models.structure.describe`'s dict follows the size keys. No f
 4. **Checked.** Twelve more random sizes, never fitted, must give ``describe``'s dict exactly, or the row ships no
    template. ``tests/test_template.py`` builds more sizes on the meta device at test time and compares.
 
+The same fit runs on each causal-LM config class of the installed transformers at its defaults
+(:func:`fit_default`, ``python -m dsdoctor.models.template --write-defaults``, about 30 min on 2 cores; a type past
+40 s is skipped): ``default_templates.json``, read by :func:`dsdoctor.models.structure.default_for` for an
+architecture no registry row has. There a key the config omits takes the class default, as transformers does,
+unless the class's ``__init__`` derives it from others (``num_key_value_heads=None``); a float or flag key the probes
+found to change nothing (Granite's multipliers) may differ.
+
 :func:`evaluate` returns None whenever an integer would not be a positive whole number (a head size that is not a
 whole division), two layer kinds become equal, or a key outside the template differs: the caller then builds the
 model on the meta device, which stays the reference.
