@@ -31,7 +31,7 @@ of :func:`dsdoctor.models.structure.describe`'s dict follows the size keys. No f
 
 The same fit runs on each causal-LM config class of the installed transformers at its defaults
 (:func:`fit_default`, ``python -m dsdoctor.models.template --write-defaults``, about 30 min on 2 cores; a type past
-40 s is skipped): ``default_templates.json``, read by :func:`dsdoctor.models.structure.default_for` for an
+40 s is skipped): ``default_templates/<type>.json``, read by :func:`dsdoctor.models.structure.default_for` for an
 architecture no registry row has. There a key the config omits takes the class default, as transformers does,
 unless the class's ``__init__`` derives it from others (``num_key_value_heads=None``); a float or flag key the probes
 found to change nothing (Granite's multipliers) may differ.
@@ -378,7 +378,9 @@ def _get(desc, path):
 
 # --- every architecture transformers implements: templates of each config class's defaults ----------------------
 
-DEFAULTS_SHIPPED = Path(__file__).with_name("default_templates.json")
+#: one JSON file per model_type, so that a config reads only its own (a few KB) and the meta path's cached answer
+#: stays fast
+DEFAULTS_SHIPPED = Path(__file__).with_name("default_templates")
 #: PretrainedConfig's own bookkeeping keys (output switches, labels, the problem type): no shape depends on them
 _BASE_KEYS = frozenset({"output_hidden_states", "output_attentions", "return_dict", "chunk_size_feed_forward",
                         "is_encoder_decoder", "id2label", "label2id", "problem_type", "tokenizer_class", "prefix",
@@ -388,13 +390,20 @@ _BASE_KEYS = frozenset({"output_hidden_states", "output_attentions", "return_dic
 
 
 @functools.cache
-def default_templates() -> dict:
-    """model_type -> {row, derived, neutral, desc, template} as ``default_templates.json`` ships them ({} when
-    absent): read only when no registry row matched (the file is larger)."""
+def default_template(model_type: str) -> dict | None:
+    """The shipped entry of ``model_type`` ({row, derived, neutral, desc, template}: ``default_templates/<type>.json``)
+    or None; read only when no registry row matched."""
+    if not isinstance(model_type, str) or not model_type.replace("_", "").replace("-", "").isalnum():
+        return None
     try:
-        return json.loads(DEFAULTS_SHIPPED.read_text())
+        return json.loads((DEFAULTS_SHIPPED / f"{model_type}.json").read_text())
     except (OSError, ValueError):
-        return {}
+        return None
+
+
+def default_templates() -> dict:
+    """Every shipped default entry by model_type (tests and the writer)."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(DEFAULTS_SHIPPED.glob("*.json"))}
 
 
 def _default_row(model_type: str) -> tuple[dict, list[str]]:
@@ -485,7 +494,7 @@ def default_match(config: dict) -> tuple[dict, dict] | None:
     transformers does, unless transformers derives it from other keys (then None: the meta build decides)."""
     from dsdoctor.models.structure import SCALED_KEYS, _ignorable, _same
 
-    entry = default_templates().get(config.get("model_type"))
+    entry = default_template(config.get("model_type"))
     if not isinstance(entry, dict) or entry.get("template", {}).get("format") != FORMAT:
         return None
     row, free = entry["row"], set(entry["template"]["free"]) | set(entry["neutral"]) | SCALED_KEYS
@@ -499,38 +508,42 @@ def default_match(config: dict) -> tuple[dict, dict] | None:
     return entry, {**row, **config}
 
 
-def _write_defaults(model_types: list[str] | None = None, out_path: Path = DEFAULTS_SHIPPED) -> None:
-    """Fit and write ``default_templates.json``: every causal-LM model_type of the installed transformers that is
-    not one of dsdoctor's analytic families (``python -m dsdoctor.models.template --write-defaults [TYPE ...]``)."""
+def _write_defaults(model_types: list[str] | None = None, out_dir: Path = DEFAULTS_SHIPPED) -> None:
+    """Fit and write ``default_templates/<type>.json``: every causal-LM model_type of the installed transformers
+    that is not one of dsdoctor's analytic families (``python -m dsdoctor.models.template --write-defaults [TYPE ...]
+    [--out DIR]``; two processes over halves of the types use both cores)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from dsdoctor.models.analytic import ANALYTIC_TYPES
     from dsdoctor.models.structure import describe_config
 
-    out = {} if model_types is None or out_path != DEFAULTS_SHIPPED else dict(default_templates())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = 0
     for model_type in sorted(model_types or MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
         if model_type in ANALYTIC_TYPES:
             continue
         entry = fit_default(model_type, describe_config)
-        out.pop(model_type, None)
+        path = out_dir / f"{model_type}.json"
+        path.unlink(missing_ok=True)
         if entry is not None:
-            out[model_type] = entry
+            path.write_text(json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n")
+            written += 1
         print(f"{model_type}: " + (f"template over {', '.join(entry['template']['free'])}" if entry else "none"),
               flush=True)
-        out_path.write_text(json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"wrote {out_path}: {len(out)} model types")
+    default_template.cache_clear()
+    print(f"wrote {written} model types into {out_dir}")
 
 
-if __name__ == "__main__":  # python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out FILE]
+if __name__ == "__main__":  # python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out DIR]
     import sys
 
     args = sys.argv[1:]
     if args[:1] == ["--write-defaults"]:
         target = DEFAULTS_SHIPPED
-        if "--out" in args:  # a part of the types into another file (two processes on two cores), merged by hand
+        if "--out" in args:  # another folder
             target = Path(args[args.index("--out") + 1])
             args = args[:args.index("--out")] + args[args.index("--out") + 2:]
         _write_defaults(args[1:] or None, target)
     else:
-        print("usage: python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out FILE]", file=sys.stderr)
+        print("usage: python -m dsdoctor.models.template --write-defaults [TYPE ...] [--out DIR]", file=sys.stderr)
         sys.exit(2)
