@@ -108,6 +108,7 @@ def test_hypothesis_sizes_match_the_meta_build(name):
     """Property: for sizes hypothesis draws, the template gives the meta build's structure, or declines (None)
     and leaves the answer to the meta build; it never gives another structure."""
     row = REGISTRY[name][1]
+    answered = []
 
     @settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(_sizes(name))
@@ -123,8 +124,10 @@ def test_hypothesis_sizes_match_the_meta_build(name):
         scaled = scaled_for(config)
         if scaled is not None:
             assert _without_versions(scaled[1]) == _without_versions(built)
+            answered.append(sizes)
 
     check()
+    assert answered, "the template declined every size drawn: the property was never checked"
 
 
 def test_a_fixed_key_or_a_bad_size_declines():
@@ -254,8 +257,11 @@ def test_hypothesis_sizes_of_default_templates_match_the_meta_build(model_type):
     from dsdoctor.models.structure import default_for
     from dsdoctor.models.template import default_templates
 
-    entry = default_templates()[model_type]
+    from dsdoctor.models.template import default_template
+
+    entry = default_template(model_type)
     row, free = entry["row"], entry["template"]["free"]
+    answered = []
 
     @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.fixed_dictionaries({k: st.sampled_from([row[k] // 2, row[k], row[k] * 2] if row[k] % 2 == 0 else
@@ -272,8 +278,10 @@ def test_hypothesis_sizes_of_default_templates_match_the_meta_build(model_type):
         desc = default_for(config)
         if desc is not None:
             assert _without_versions(desc) == _without_versions(built)
+            answered.append(sizes)
 
     check()
+    assert answered, "the default template declined every size drawn: the property was never checked"
 
 
 @pytest.mark.parametrize("missing", ["num_key_value_heads", "intermediate_size", "vocab_size"])

@@ -506,7 +506,8 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         notes.append("ZeRO-3: the allocator slack of its gathered parameters and sub-group states is the formulas' "
                      "weakest term: on held-out H200 runs in the HF Trainer the estimate was 11.1% and 7.5% under "
                      "what nvidia-smi showed (Llama-3.2-1B full, Phi-4 freeze; benchmarks/results/memory-loops/"
-                     "report-r8.md, report-r9.md). --replay (10-60 s) was within 1.0% on both")
+                     "report-r8.md, report-r9.md). --replay (about 20-35 s for an 8B model on 2 cores) was within "
+                     "1.0% on both")
     rates, rates_source = rates_for(hw.gpu)
     report = Report("estimate")
 

@@ -575,7 +575,13 @@ def _ignorable(key: str, value) -> bool:
     transformers' class of the model_type, as ``AutoModelForCausalLM`` does without ``trust_remote_code``)."""
     if key in NEUTRAL_KEYS or key == "auto_map":
         return True
-    return key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")) and value == 0
+    return is_dropout(key) and value == 0
+
+
+def is_dropout(key: str) -> bool:
+    """Whether config.json's ``key`` is a dropout rate (``attention_dropout``, ``resid_pdrop``, ...): no shape, but
+    a rate above 0 draws masks the activations keep."""
+    return key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate"))
 
 
 def _same(a, b) -> bool:
@@ -703,7 +709,7 @@ def default_for(config: dict) -> dict | None:
         return None
     entry, full = match
     desc, row = entry["desc"], entry["row"]
-    if all(full.get(k) == row.get(k) for k in set(entry["template"]["free"]) | SCALED_KEYS):
+    if all(_same(full.get(k), row.get(k)) for k in set(entry["template"]["free"]) | SCALED_KEYS):
         return _as_saved(desc, full)
     return _resized(entry["template"], desc, row, full)
 

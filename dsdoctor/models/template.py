@@ -350,7 +350,9 @@ def evaluate(template: dict, desc: dict, row: dict, config: dict) -> dict | None
         if any(any(key == kv[0] for _, _, m in terms for kv in m) and terms != [[1, 1, [[key, 1]]]]
                for terms in leaves.values()):
             return None
-    if not all(_is_int(v) and v > 0 for k, v in sizes.items() if k not in unset):
+    from dsdoctor.models.structure import _positive_int
+
+    if not all(_positive_int(v) for k, v in sizes.items() if k not in unset):
         return None
     if all(sizes[k] == row.get(k) for k in free):
         return desc
@@ -467,11 +469,13 @@ def fit_default(model_type: str, describe_config, seed: int = 0, budget_s: int =
 def _neutral_keys(row: dict, desc: dict, describe_config) -> list[str]:
     """The float and flag keys of ``row`` whose change alone (a flag flipped, a float doubled plus a half) leaves
     ``describe_config``'s structure as it is; dropout rates never (their masks are activations)."""
+    from dsdoctor.models.structure import is_dropout
+
     plain = _strip_versions(desc)
     neutral = []
     for key, value in row.items():
-        if key.endswith(("dropout", "pdrop", "dropout_prob", "dropout_rate")):
-            continue  # no shape, but a dropout rate draws masks the activations keep: only 0 is ignorable
+        if is_dropout(key):
+            continue  # only a rate of 0 is ignorable (structure._ignorable)
         if isinstance(value, bool):
             changed = not value
         elif isinstance(value, float):
