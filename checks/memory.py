@@ -870,6 +870,15 @@ MEM510 = rule(
         "same to --lora-targets.",
     source="peft/tuners/lora/model.py _prepare_adapter_config; peft/utils/constants.py; seen with Qwen1.5-MoE "
            "(qwen2_moe) on an H200 (benchmarks/results/memory-loops/points-r7)")
+MEM511 = rule(
+    "MEM511", "info", "does not fit on the smaller common cards",
+    what="No GPU was seen or given, so the estimate is shown for common cards side by side; it fits some of them "
+         "as configured and not the smaller ones.",
+    why="Whether the run fits depends on the card it will train on, which dsdoctor was not told: not a fault of the "
+        "setup, but on a smaller card it stops with CUDA out of memory after the model has loaded.",
+    fix="Give --gpu NAME (as nvidia-smi names it) or --gpu-mem GiB of the card that will train; for a smaller card "
+        "the table gives the fastest setup that fits it.",
+    source="dsdoctor estimate (the common-cards table); NVML's memory totals of each card")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

@@ -57,6 +57,25 @@ def _emit(report: Report, fmt: str, json_path: str | None) -> None:
         render.render_table(report)
 
 
+def _emit_error(command: str, message: str, json_path: str | None) -> None:
+    """With ``--json``, a refused input still gives JSON (exit 2): ``{"command", "dsdoctor_version", "error",
+    "findings": [], "result": {}}`` on stdout for ``-``, else in PATH, so a script reading it never gets an empty
+    document. Writing it is best effort: the one-line error on stderr is already out."""
+    if json_path is None:
+        return
+    import json
+
+    text = json.dumps({"command": command, "dsdoctor_version": __version__, "error": message, "findings": [],
+                       "result": {}}, indent=2)
+    try:
+        if json_path == "-":
+            click.echo(text)
+        else:
+            Path(json_path).write_text(text + "\n")
+    except (OSError, ValueError):
+        pass
+
+
 def guard_outputs(kwargs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...], json_path: str | None) -> None:
     """Refuse, before any work, an output path that is one of the command's inputs (or a file inside an input
     directory such as a model directory), two outputs on one file, and an output whose directory is not writable.
@@ -130,9 +149,13 @@ def report_command(func: Callable[..., Report] | None = None, *, inputs: tuple[s
     def wrapper(*args, json_path: str | None, fmt: str, fail_on: str, **kwargs) -> None:
         from dsdoctor.launch import stop_on_termination
 
+        json_checked = None  # where an error's JSON may go: never a path guard_outputs refused (a user's input)
         try:
             with stop_on_termination():  # SIGTERM/SIGHUP: a message and 128 + signal, at any point of the command
+                if json_path == "-":
+                    json_checked = json_path
                 guard_outputs(kwargs, inputs, outputs, json_path)  # found before a long run, not after it
+                json_checked = json_path
                 report = func(*args, **kwargs)
                 try:
                     _emit(report, fmt, json_path)
@@ -145,6 +168,7 @@ def report_command(func: Callable[..., Report] | None = None, *, inputs: tuple[s
                     raise
         except DsdoctorError as exc:
             click.echo(f"dsdoctor: error: {one_line(str(exc))}", err=True)
+            _emit_error(func.__name__.replace("_", "-"), one_line(str(exc)), json_checked)
             sys.exit(2)
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", None)

@@ -339,13 +339,16 @@ def test_a_local_copy_of_a_registry_model_uses_the_shipped_structure_without_tra
                                     {"vocab_size": 151_937}, {"head_dim": None}])
 def test_a_config_that_differs_from_the_row_is_not_taken_for_it(change):
     from dsdoctor.models import REGISTRY
-    from dsdoctor.models.structure import shipped_for
+    from dsdoctor.models.matching import shipped_for
 
     assert shipped_for({**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED})[0] == "qwen3-8b"
     config = {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED, **change}
     assert shipped_for(config) is None
+    # a flag left to transformers' default is the row's only where that default is the row's value (Qwen3Config's
+    # tie_word_embeddings is false, as Qwen3-8B's); a size left out never is
     missing = {k: v for k, v in REGISTRY["qwen3-8b"][1].items() if k != "tie_word_embeddings"}
-    assert shipped_for(missing) is None  # a key left to transformers' default is not assumed to be the row's
+    assert shipped_for(missing)[0] == "qwen3-8b"
+    assert shipped_for({k: v for k, v in REGISTRY["qwen3-8b"][1].items() if k != "vocab_size"}) is None
 
 
 def test_the_lora_targets_a_refusal_lists_are_the_ones_accepted():
@@ -376,7 +379,8 @@ def test_another_vocabulary_or_depth_of_a_registry_model_is_rewritten_as_transfo
     """A fine-tuned checkpoint with added tokens, or a pruned one, takes its row's shipped structure with the sizes
     rewritten (no transformers import): the very dict the meta build reads off the model (versions aside)."""
     from dsdoctor.models import REGISTRY
-    from dsdoctor.models.structure import describe_config, scaled_for, shipped_for
+    from dsdoctor.models.matching import scaled_for, shipped_for
+    from dsdoctor.models.structure import describe_config
 
     config = {**REGISTRY[name][1], **QWEN3_8B_AS_SAVED, **change} if name == "qwen3-8b" else \
         {**REGISTRY[name][1], **change}
@@ -397,7 +401,7 @@ def test_another_vocabulary_or_depth_of_a_registry_model_is_rewritten_as_transfo
 ])
 def test_what_the_rewrite_does_not_cover_is_left_to_the_meta_build(name, change):
     from dsdoctor.models import REGISTRY
-    from dsdoctor.models.structure import scaled_for
+    from dsdoctor.models.matching import scaled_for
 
     assert scaled_for({**REGISTRY[name][1], **change}) is None
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsdoctor.models import REGISTRY
-from dsdoctor.models.structure import describe_config, scaled_for
+from dsdoctor.models.matching import scaled_for
+from dsdoctor.models.structure import describe_config
 from dsdoctor.models.template import _monomials, evaluate, shipped_templates
 
 TEMPLATES = shipped_templates()
@@ -208,7 +209,7 @@ OLMO_2_1B = {
 def test_an_architecture_no_row_has_takes_its_default_template_and_matches_the_published_count(tmp_path):
     """OLMo-2 1B: counted from transformers' Olmo2 at its defaults, rewritten to the config's sizes, without torch
     or transformers in the process: the published count, and the meta build's structure."""
-    from dsdoctor.models.structure import default_for
+    from dsdoctor.models.matching import default_for
 
     desc = default_for(OLMO_2_1B)
     assert desc["total_params"] == 1_484_916_736
@@ -230,7 +231,7 @@ def test_an_architecture_no_row_has_takes_its_default_template_and_matches_the_p
     {"some_new_key": 3},  # a key the config class does not have
 ])
 def test_what_the_default_template_does_not_cover_is_left_to_the_meta_build(change):
-    from dsdoctor.models.structure import default_for
+    from dsdoctor.models.matching import default_for
 
     assert default_for({**OLMO_2_1B, **change}) is None
 
@@ -254,7 +255,7 @@ DEFAULT_TYPES = ["olmo2", "granite", "starcoder2", "cohere", "stablelm", "qwen3_
 def test_hypothesis_sizes_of_default_templates_match_the_meta_build(model_type):
     """Property, as for the registry rows: sizes drawn around the defaults give the meta build's structure, or
     None; never another structure."""
-    from dsdoctor.models.structure import default_for
+    from dsdoctor.models.matching import default_for
     from dsdoctor.models.template import default_templates
 
     from dsdoctor.models.template import default_template
@@ -294,7 +295,35 @@ def test_a_size_the_config_omits_is_never_taken_from_another_row(missing):
 
 def test_a_float_size_is_not_the_row_s_integer():
     """hidden_size 4096.0 is no registry row (transformers refuses a float size): left to the meta build's error."""
-    from dsdoctor.models.structure import shipped_for
+    from dsdoctor.models.matching import shipped_for
 
     assert shipped_for({**REGISTRY["qwen3-8b"][1], "hidden_size": 4096.0}) is None
     assert scaled_for({**REGISTRY["qwen3-8b"][1], "hidden_size": 4096.0}) is None
+
+
+def test_real_hub_configs_the_fast_path_missed_now_take_it_and_match_the_meta_build():
+    """Found by a new-user pass: Mixtral-8x22B's config.json (router_aux_loss_coef 0.001 where the 8x7B row has 0.02:
+    a float mixtral's default-template probe found neutral) and Gemma-2-9B's as served (no tie_word_embeddings:
+    Gemma2Config's default is the row's true) took the 12 s meta build. Both now take the shipped structure, and it
+    is what transformers builds."""
+    from dsdoctor.models.matching import shipped_for
+
+    mixtral_8x22b = {  # mistralai/Mixtral-8x22B-v0.1 config.json
+        "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+        "hidden_act": "silu", "hidden_size": 6144, "initializer_range": 0.02, "intermediate_size": 16384,
+        "max_position_embeddings": 65536, "model_type": "mixtral", "num_attention_heads": 48, "num_experts_per_tok": 2,
+        "num_hidden_layers": 56, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+        "rms_norm_eps": 1e-05, "rope_theta": 1000000, "router_aux_loss_coef": 0.001, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.38.0", "use_cache": True,
+        "vocab_size": 32768}
+    name, scaled = scaled_for(mixtral_8x22b)
+    assert name == "mixtral-8x7b" and scaled["total_params"] == 140_630_071_296  # the published 141B
+    assert _without_versions(scaled) == _without_versions(describe_config(mixtral_8x22b))
+    gemma = {k: v for k, v in REGISTRY["gemma-2-9b"][1].items() if k != "tie_word_embeddings"}
+    assert REGISTRY["gemma-2-9b"][1]["tie_word_embeddings"] is True
+    name, desc = shipped_for(gemma)
+    assert name == "gemma-2-9b" and desc["total_params"] == 9_241_705_984 and desc["tied"] is True
+    # a flag left out whose class default is not the row's is not assumed: Qwen3Config's tie_word_embeddings is
+    # false, Qwen3-4B's true
+    assert REGISTRY["qwen3-4b"][1]["tie_word_embeddings"] is True
+    assert shipped_for({k: v for k, v in REGISTRY["qwen3-4b"][1].items() if k != "tie_word_embeddings"}) is None

@@ -774,9 +774,8 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
             fix=("Change the setup as the table says for each card (" + ", ".join(rescue) + ")" if rescue else
                  "More GPUs with ZeRO-3, offload, or LoRA") + "; --gpu NAME or --gpu-mem GiB for yours"))
     else:
-        report.add(mem.MEM501.finding(f"{gib(est.total)} GiB per GPU: does not fit "
-                                      + ", ".join(c.label for c in too_small), severity="info",
-                                      title="does not fit on smaller cards",
+        report.add(mem.MEM511.finding(f"{gib(est.total)} GiB per GPU: does not fit "
+                                      + ", ".join(c.label for c in too_small),
                                       fix="On those cards, the setup the table gives; --gpu NAME or --gpu-mem GiB "
                                           "for yours"))
 

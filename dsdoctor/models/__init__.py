@@ -30,6 +30,7 @@ from dsdoctor.models.analytic import (
     SIZE_LIMITS,
     TRANSFORMERS_FAMILIES,
     arch_from_config,
+    check_sizes,
     is_analytic,
     unmodeled_keys,
 )
@@ -159,22 +160,31 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
     """The :class:`Arch` of a config.json read as data (see :func:`resolve_arch`).
 
     Raises:
-        DsdoctorError: no model type, a model type neither the analytic families nor the installed transformers
-            know (with what to do), or transformers refusing the config."""
+        DsdoctorError: a size no model can have (:func:`dsdoctor.models.analytic.check_sizes`), an encoder
+            (:mod:`dsdoctor.models.encoders`), no model type, a model type neither the analytic families nor the
+            installed transformers know (with what to do), or transformers refusing the config."""
+    check_sizes(config, source)
+    from dsdoctor.models.encoders import encoder_class
+
+    encoder = encoder_class(config)
+    if encoder is not None:
+        raise DsdoctorError(f"{source}: model_type {config['model_type']!r} is an encoder or encoder-decoder "
+                            f"(transformers' {encoder}), not a decoder-only language model: dsdoctor estimates "
+                            f"causal-LM fine-tuning (a {config['model_type']} decoder needs \"is_decoder\": true)")
     if is_analytic(config):
         return arch_from_config(config, name=name, source=source)
-    from dsdoctor.models import structure
+    from dsdoctor.models import matching, structure
 
-    shipped = structure.shipped_for(config)
+    shipped = matching.shipped_for(config)
     if shipped is not None:  # a local copy of a registry model: its shipped structure, no transformers import
         return structure.arch_from_structure(shipped[1], name=name, source=f"{source} (= registry {shipped[0]}: "
                                              "its structure shipped with dsdoctor)", config=config)
-    scaled = structure.scaled_for(config)
+    scaled = matching.scaled_for(config)
     if scaled is not None:  # a registry architecture at other sizes: its structure, rewritten
         return structure.arch_from_structure(scaled[1], name=name, source=f"{source} (the architecture of registry "
                                              f"{scaled[0]}: its structure shipped with dsdoctor, rewritten to this "
                                              "config's own sizes by the shape template; nothing built)", config=config)
-    default = structure.default_for(config)
+    default = matching.default_for(config)
     if default is not None:  # any other architecture: transformers' class at its defaults, rewritten to the sizes
         return structure.arch_from_structure(default, name=name, source=f"{source} (transformers' "
                                              f"{default['class']} at its config class's defaults, shipped with "

@@ -90,6 +90,57 @@ _LIMIT_OF = {"num_layers": "layers", "num_hidden_layers": "layers", "n_layer": "
              "num_key_value_heads": "heads", "multi_query_group_num": "heads"}
 
 
+#: Mixture-of-experts sizes: the experts' count (four spellings), the experts each token is routed to, an expert's
+#: width. Checked like the sizes above where present; an expert count may be 0 (some configs mean "dense").
+_MOE_SIZES = {"num_experts": "heads", "num_local_experts": "heads", "n_routed_experts": "heads",
+              "moe_num_experts": "heads", "num_experts_per_tok": "heads", "moe_intermediate_size": "hidden"}
+_MAY_BE_ZERO = frozenset({"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"})
+#: (attention heads, key/value heads) spellings whose ratio transformers' attention needs to be whole
+_HEAD_PAIRS = (("num_attention_heads", "num_key_value_heads"), ("num_attention_heads", "multi_query_group_num"),
+               ("n_head", "num_key_value_heads"))
+
+
+def check_sizes(config: dict, source: str) -> None:
+    """Refuse a config.json whose sizes no model can have, before any path counts it (the analytic formulas, a
+    shipped structure, a shape template or the meta build would otherwise give a confident estimate of a model that
+    cannot exist, or transformers a raw ``ZeroDivisionError``). Checked at the top level and in ``text_config``:
+
+    - every size key present (hidden, MLP, head and expert widths, layers, heads, key/value heads, vocabulary, expert
+      count and top-k; :data:`_LIMIT_OF`, :data:`_MOE_SIZES`) is null or an integer (not ``4096.0``, ``"4096"`` or
+      ``true``; a list of such, one per layer), at least 1 (0 allowed for an expert count) and at most
+      :data:`SIZE_LIMITS`;
+    - the attention heads are a whole multiple of the key/value heads: transformers' attention repeats each
+      key/value head ``num_attention_heads // num_key_value_heads`` times (``repeat_kv`` in
+      ``models/llama/modeling_llama.py``), and the view into heads fails at the first forward when it does not divide.
+
+    Raises:
+        DsdoctorError: one line naming the key, the value seen and what it must be."""
+    parts = [(config, "")]
+    if isinstance(config.get("text_config"), dict):
+        parts.append((config["text_config"], "text_config."))
+    for part, prefix in parts:
+        for key, kind in {**_LIMIT_OF, **_MOE_SIZES}.items():
+            value = part.get(key)
+            if value is None:
+                continue
+            least = 0 if key in _MAY_BE_ZERO else 1
+            # a list holds one size per layer (Gemma-3n's intermediate_size): each is checked
+            for item in value if isinstance(value, list) and value else [value]:
+                if isinstance(item, bool) or not isinstance(item, int) or item < least:
+                    what = "a non-negative integer" if least == 0 else "a positive integer"
+                    raise DsdoctorError(f"{source}: {prefix}{key} must be {what}, got {_shown(value)}")
+                if item > SIZE_LIMITS[kind]:
+                    raise DsdoctorError(f"{source}: {prefix}{key} = {item:,} is not a real model's size (at most "
+                                        f"{SIZE_LIMITS[kind]:,})")
+        for heads_key, kv_key in _HEAD_PAIRS:
+            heads, kv = part.get(heads_key), part.get(kv_key)
+            if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+                raise DsdoctorError(f"{source}: {prefix}{heads_key} = {heads} is not a multiple of {prefix}{kv_key} = "
+                                    f"{kv}: transformers' attention repeats each key/value head heads/kv times "
+                                    f"(repeat_kv), so this model fails at its first forward; the repository's own "
+                                    f"config.json has values that divide")
+
+
 def _int(config: dict, *keys: str, default: int | None = None, source: str = "") -> int:
     for key in keys:
         value = config.get(key)

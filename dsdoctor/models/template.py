@@ -8,7 +8,7 @@ architectures at some size: Qwen3 with another MLP width, a Gemma-2 with fewer h
 of :func:`dsdoctor.models.structure.describe`'s dict follows the size keys. No formula per family is written here:
 
 1. **Which keys, and which integers they move.** Each integer-valued key of the row (not a
-   :data:`~dsdoctor.models.structure.NEUTRAL_KEYS` one, nor the layer count) is changed alone to two other values
+   :data:`~dsdoctor.models.matching.NEUTRAL_KEYS` one, nor the layer count) is changed alone to two other values
    (doubled and halved, else quadrupled, a quarter, 3 or 5 times: the first two that transformers builds and runs).
    A key whose change alters the *skeleton* (anything but the integers: module names, roles, biases, the layer kinds'
    pattern) or that transformers refuses is *fixed*: a config that differs there is built on the meta device. The
@@ -31,7 +31,7 @@ of :func:`dsdoctor.models.structure.describe`'s dict follows the size keys. No f
 
 The same fit runs on each causal-LM config class of the installed transformers at its defaults
 (:func:`fit_default`, ``python -m dsdoctor.models.template --write-defaults``, about 30 min on 2 cores; a type past
-40 s is skipped): ``default_templates/<type>.json``, read by :func:`dsdoctor.models.structure.default_for` for an
+40 s is skipped): ``default_templates/<type>.json``, read by :func:`dsdoctor.models.matching.default_for` for an
 architecture no registry row has. There a key the config omits takes the class default, as transformers does,
 unless the class's ``__init__`` derives it from others (``num_key_value_heads=None``); a float or flag key the probes
 found to change nothing (Granite's multipliers) may differ.
@@ -54,7 +54,7 @@ from pathlib import Path
 #: version of the template format: a template of another version is ignored (the meta build is used)
 FORMAT = 1
 SHIPPED = Path(__file__).with_name("templates.json")
-#: keys never fitted: the layer count and the layer pattern (:func:`dsdoctor.models.structure.scaled_for`
+#: keys never fitted: the layer count and the layer pattern (:func:`dsdoctor.models.matching.scaled_for`
 #: rewrites those), and the dict's own bookkeeping
 _NOT_LEAVES = ("layers", "format", "versions")
 
@@ -223,7 +223,7 @@ def _fit_leaf(keys: list[str], rows: list[tuple[dict, int]]):
 # --- fitting (python -m dsdoctor.models.structure --write) ----------------------------------------------------
 
 def _candidate_keys(row: dict) -> list[str]:
-    from dsdoctor.models.structure import NEUTRAL_KEYS
+    from dsdoctor.models.matching import NEUTRAL_KEYS
 
     return sorted(k for k, v in row.items() if _is_int(v) and v > 0 and k not in NEUTRAL_KEYS
                   and k not in ("num_hidden_layers",))
@@ -350,7 +350,7 @@ def evaluate(template: dict, desc: dict, row: dict, config: dict) -> dict | None
         if any(any(key == kv[0] for _, _, m in terms for kv in m) and terms != [[1, 1, [[key, 1]]]]
                for terms in leaves.values()):
             return None
-    from dsdoctor.models.structure import _positive_int
+    from dsdoctor.models.matching import _positive_int
 
     if not all(_positive_int(v) for k, v in sizes.items() if k not in unset):
         return None
@@ -426,7 +426,7 @@ def _default_row(model_type: str) -> tuple[dict, list[str]]:
         except (TypeError, ValueError):
             continue
         row[key] = value
-    from dsdoctor.models.structure import NEUTRAL_KEYS
+    from dsdoctor.models.matching import NEUTRAL_KEYS
 
     derived = sorted(k for k, p in signature.items() if k in row and p.default is None and row[k] is not None
                      and k not in NEUTRAL_KEYS)
@@ -469,13 +469,13 @@ def fit_default(model_type: str, describe_config, seed: int = 0, budget_s: int =
 def _neutral_keys(row: dict, desc: dict, describe_config) -> list[str]:
     """The float and flag keys of ``row`` whose change alone (a flag flipped, a float doubled plus a half) leaves
     ``describe_config``'s structure as it is; dropout rates never (their masks are activations)."""
-    from dsdoctor.models.structure import is_dropout
+    from dsdoctor.models.matching import is_dropout
 
     plain = _strip_versions(desc)
     neutral = []
     for key, value in row.items():
         if is_dropout(key):
-            continue  # only a rate of 0 is ignorable (structure._ignorable)
+            continue  # only a rate of 0 is ignorable (matching._ignorable)
         if isinstance(value, bool):
             changed = not value
         elif isinstance(value, float):
@@ -494,9 +494,9 @@ def _neutral_keys(row: dict, desc: dict, describe_config) -> list[str]:
 def default_match(config: dict) -> tuple[dict, dict] | None:
     """(the shipped entry, the config.json as transformers completes it) when ``config`` is its model_type's
     default config but for sizes the entry's template frees, keys it found neutral, and keys that shape nothing
-    (``ignorable``: :func:`dsdoctor.models.structure._ignorable`); a key the config omits takes the class default, as
+    (``ignorable``: :func:`dsdoctor.models.matching._ignorable`); a key the config omits takes the class default, as
     transformers does, unless transformers derives it from other keys (then None: the meta build decides)."""
-    from dsdoctor.models.structure import SCALED_KEYS, _ignorable, _same
+    from dsdoctor.models.matching import SCALED_KEYS, _ignorable, _same
 
     entry = default_template(config.get("model_type"))
     if not isinstance(entry, dict) or entry.get("template", {}).get("format") != FORMAT:

@@ -1,0 +1,28 @@
+"""The shipped encoder table (dsdoctor/models/encoders.json) is the installed transformers' own."""
+
+from __future__ import annotations
+
+import pytest
+
+from dsdoctor.models import encoders
+
+
+def test_shipped_table_is_the_installed_transformers():
+    pytest.importorskip("transformers")
+    derived = encoders.derive()
+    shipped = encoders.shipped()
+    assert shipped["transformers"] == derived["transformers"], (
+        "no encoder table for the installed transformers: python -m dsdoctor.models.encoders --write")
+    assert shipped["masked_lm"] == derived["masked_lm"]
+    assert shipped["masked_lm"]["bert"] == "BertForMaskedLM" and "qwen3" not in shipped["masked_lm"]
+
+
+@pytest.mark.parametrize("config, expected", [
+    ({"model_type": "roberta"}, "RobertaForMaskedLM"),
+    ({"model_type": "roberta", "is_decoder": True}, None),
+    ({"model_type": "llama"}, None),
+    ({"model_type": 3}, None),
+    ({}, None),
+])
+def test_encoder_class(config, expected):
+    assert encoders.encoder_class(config) == expected
