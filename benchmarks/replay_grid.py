@@ -10,6 +10,7 @@ rounds stay held out.
 
     python benchmarks/replay_grid.py --n 48 --part 0/2 > /tmp/replays-0.jsonl   # two processes, one per core
     python benchmarks/replay_grid.py --n 48 --part 1/2 > /tmp/replays-1.jsonl
+    python benchmarks/replay_grid.py --n 144 --start 48 --part 0/2 > /tmp/replays-2.jsonl  # more, the same draws first
     cat /tmp/replays-*.jsonl > benchmarks/results/memory-loops/replays.jsonl
 """
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 #: registry models the replay can run (transformers' own modeling code), 1B to 14B, several architectures
 MODELS = ["qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b",
-          "qwen2.5-1.5b", "qwen2.5-7b", "gemma-2-2b", "phi-3-mini-4k-instruct", "mistral-7b", "glm-4-9b-hf",
+          "qwen2.5-1.5b", "qwen2.5-7b", "gemma-2-2b", "phi-3-mini-4k-instruct", "mistral-7b", "glm-4-9b-chat-hf",
           "yi-1.5-9b"]
 LORA_TARGETS = {"phi-3-mini-4k-instruct": ["qkv_proj", "o_proj"]}
 
@@ -62,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=48)
     parser.add_argument("--part", default="0/1", help="K/M: the K-th of M interleaved slices of the grid")
+    parser.add_argument("--start", type=int, default=0, help="skip the grid's first START points (done before)")
     parser.add_argument("--budget", type=float, default=1e9, help="stop starting points after this many seconds")
     args = parser.parse_args()
     k, m = map(int, args.part.split("/"))
@@ -72,7 +74,7 @@ def main() -> None:
     from dsdoctor.checks.step_trace import replay_setup
 
     start = time.time()
-    for point in grid(args.n)[k::m]:
+    for point in grid(args.n)[args.start:][k::m]:
         if time.time() - start > args.budget:
             break
         try:
