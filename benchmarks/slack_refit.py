@@ -24,7 +24,8 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 GIB = 2 ** 30
 H200 = 150_109_880_320  # torch's total_memory of the H200 (the GPU points' gpu_total)
-GPU_ROUNDS = ["points", "points-r3", "points-r4", "points-r5", "points-r6", "points-r7", "points-r8", "points-r9"]
+GPU_ROUNDS = ["points", "points-r3", "points-r4", "points-r5", "points-r6", "points-r7", "points-r8", "points-r9",
+              "points-r10"]
 
 
 def load_replays(paths: list[Path]) -> list[dict]:
@@ -106,7 +107,7 @@ def main() -> None:
             errs = [(estimate(r["setup"], c).reserved - r["replay_reserved"]) / r["replay_reserved"] for r in group]
             print(f"{label} ({len(group)}), reserved against the replay's, calibration {which}: {summary(errs)}")
     gpu = load_gpu()
-    print(f"\n## GPU points (rounds 1-9, {len(gpu)}): estimate total against NVML's peak used")
+    print(f"\n## GPU points (rounds 1-10, {len(gpu)}): estimate total against NVML's peak used")
     print("| point | zero | launch | NVML GiB | now GiB | error | refit GiB | error | OOM | verdict now / refit |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     errs = {"now": [], "refit": []}
