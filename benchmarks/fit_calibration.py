@@ -3,10 +3,13 @@ judge them on the held-out ones (each set reported apart).
 
     python benchmarks/fit_calibration.py > benchmarks/results/memory-loops/calibration-fit.txt
 
-Points: ``benchmarks/results/memory-accuracy/points`` (the engine loop keeping only the loss; a point is held out
-when its name starts with ``v``), ``benchmarks/results/memory-loops/points`` (round 2) and ``points-r3`` (round 3,
-run after the round-2 analysis and never looked at while choosing the features; held out as the point says),
-``points-r4`` and ``points-r5`` (rounds 4 and 5, every point held out, run after the refit).
+Points: ``benchmarks/results/memory-loops/points`` (round 2) and ``points-r3`` to ``points-r6`` are the fit (every
+point of the loops harness's first five rounds: NVML polled over the whole run, in the loops users run);
+``points-r7`` to ``points-r10`` (designed after round 6, never fitted) and ``benchmarks/results/memory-accuracy/points``
+(round 1, another harness: its loop drops the outputs before backward) are held out and reported apart. Until round
+10 the fit was round 1 and the fit half of round 2 (34 points); rounds 7-10 showed that fit 6.5-11.1% under at ZeRO-3
+in the loops that drop the logits, which is why the fit set moved: they are held out from the coefficients, not
+from that choice.
 The target of a point is its own measured slack, ``max_memory_reserved - max_memory_allocated``, so the fit does not
 absorb errors of the allocated terms; the judgement is the full estimate against NVML's peak "used" over the idle
 baseline (round 2 and 3) or the process's NVML "used" (memory-accuracy). Points that ran out of memory have no
@@ -28,7 +31,14 @@ sys.path.insert(0, str(HERE))
 GIB = 2 ** 30
 ROUNDS = {"accuracy": HERE / "results/memory-accuracy/points", "loops-r2": HERE / "results/memory-loops/points",
           "loops-r3": HERE / "results/memory-loops/points-r3", "loops-r4": HERE / "results/memory-loops/points-r4",
-          "loops-r5": HERE / "results/memory-loops/points-r5", "loops-r6": HERE / "results/memory-loops/points-r6"}
+          "loops-r5": HERE / "results/memory-loops/points-r5", "loops-r6": HERE / "results/memory-loops/points-r6",
+          "loops-r7": HERE / "results/memory-loops/points-r7", "loops-r8": HERE / "results/memory-loops/points-r8",
+          "loops-r9": HERE / "results/memory-loops/points-r9", "loops-r10": HERE / "results/memory-loops/points-r10"}
+#: The fit (since round 10): every point of the loops harness's rounds 2-6 (NVML polled over the whole run, the loops
+#: users run), 75 that trained. Held out: round 1 (memory_accuracy.py, another harness: the loop drops the outputs,
+#: NVML read once) and rounds 7-10, designed after round 6 and never fitted (they were seen when this fit set was
+#: chosen: their ZeRO-3 misses in the loops that drop the logits are what moved it).
+FIT_ROUNDS = ("loops-r2", "loops-r3", "loops-r4", "loops-r5", "loops-r6")
 
 
 def load() -> list[dict]:
@@ -46,14 +56,17 @@ def load() -> list[dict]:
             point = r["point"]
             if round_name == "accuracy":
                 setup = memory_accuracy.setup_of(point)
+                held = True
                 measured = {"nvml": r.get("nvml_used"), "allocated": r["peak_allocated"],
                             "reserved": r["peak_reserved"]}
-                held = point["name"].startswith("v")
             else:
-                setup = memory_loops.setup_of(point)
+                try:
+                    setup = memory_loops.setup_of(point)
+                except Exception:  # noqa: BLE001 - a point dsdoctor refuses (MEM510's peft refusal): no target
+                    continue
                 measured = {"nvml": r["nvml_peak_over_baseline"], "allocated": r["max_allocated"],
                             "reserved": r["max_reserved"]}
-                held = bool(point.get("holdout"))
+                held = round_name not in FIT_ROUNDS
             out.append({"round": round_name, "name": point["name"], "held": held, "oom": r["oom"],
                         "gpu_total": r["gpu_total"], "setup": setup, **measured})
     return out
@@ -119,6 +132,16 @@ def main() -> None:
     for name, value in values.items():
         print(f"- slack_{name} = {value / GIB:.3f} GiB" if name == "base" else f"- slack_{name} = {value:.3f}")
     print("\n".join(judge(points, cal)))
+    from dsdoctor.checks.memory import estimate
+
+    print("\n## summary")
+    for label, group in (("fit (rounds 2-6)", [p for p in points if not p["held"]]),
+                         ("held out, rounds 7-10", [p for p in points if p["held"] and p["round"] != "accuracy"]),
+                         ("held out, round 1 (another harness)", [p for p in points if p["round"] == "accuracy"])):
+        errors = [abs(estimate(p["setup"], cal).total - p["nvml"]) / p["nvml"] for p in group
+                  if not p["oom"] and p["nvml"]]
+        print(f"- {label}: {len(errors)} ran, median {100 * statistics.median(errors):.1f}%, max "
+              f"{100 * max(errors):.1f}%, within 5%: {sum(e <= 0.05 for e in errors)}/{len(errors)}")
 
 
 if __name__ == "__main__":

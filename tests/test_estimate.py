@@ -46,13 +46,14 @@ def setup(name="llama-2-7b", method="full", **kw) -> Setup:
 KNOWN_MISSES = {"v2-q15-full-z3-offload-both", "r3-phi3-full-z3-offboth-mb2-engine",
                 "r3-q3-8b-lora-z3-offboth-mb4-engine", "r3-q3-1.7b-full-z3-offboth-mb4-engine",
                 "r3-l32-3b-full-z3-offboth-mb8-trainer"}
-#: Held-out points whose allocated peak is right but whose allocator slack is not: NVML 10.3% above the estimate
-#: (ZeRO-2 optimizer offload under the HF Trainer); 14.9% above it (Llama-3.2-1B full ZeRO-1 under the Trainer at
-#: micro batch 16: its 65.7 GiB allocated leave 20.9 GiB of slack the features do not see) and 8.3% (Llama-3.2-3B
-#: LoRA ZeRO-1 under the Trainer at micro batch 16); `estimate --replay` is within 0.6% on both
-#: (benchmarks/results/memory-loops/report-r4.md, report-r5.md).
-SLACK_MISSES = {"r3-l32-3b-full-z2-offopt-mb8-trainer", "r4-l32-1b-full-z1-mb16-s2048-trainer",
-                "r5-l32-3b-lora-z1-mb16-s2048-trainer"}
+#: Points whose allocated peak is right but whose allocator slack is not, with the slack refitted on rounds 2-6
+#: (round 10, benchmarks/results/memory-loops/calibration-fit.txt): NVML 10.4% above the estimate (Llama-3.2-1B full
+#: ZeRO-1 under the Trainer at micro batch 16: 65.7 GiB allocated leave 22.6 GiB of slack the features do not see);
+#: 10.0% below it (Qwen2.5-1.5B freeze, round 1's harness) and 9.3% (GLM-4-9B LoRA ZeRO-3 micro 24 under the
+#: Trainer). `estimate --replay` is within 0.6% on each (report-r4.md, step-replay.md). The two other points this
+#: set held before the refit (Llama-3.2-3B under the Trainer: ZeRO-2 offload, ZeRO-1 LoRA) are now within 4%.
+SLACK_MISSES = {"r4-l32-1b-full-z1-mb16-s2048-trainer",
+                "q15-freeze-z2-nockpt", "r3-glm4-lora-z3-mb24-s2048-trainer"}
 ALL_POINTS = sorted(p for folder in ("memory-accuracy/points", "memory-loops/points", "memory-loops/points-r3",
                                      "memory-loops/points-r4", "memory-loops/points-r5")
                     for p in (Path(__file__).parents[1] / "benchmarks/results" / folder).glob("*.json"))
@@ -833,12 +834,13 @@ def test_lora_on_a_model_type_peft_has_no_default_targets_for_is_a_finding():
 
 
 def test_zero3_without_replay_says_how_far_the_formulas_were_off_held_out(runner):
-    """ZeRO-3's allocator slack is the calibrated formulas' weakest term (rounds 8 and 9: 11.1% and 7.5% under in
-    the Trainer); the estimate says so and points at --replay, and only at ZeRO-3."""
+    """ZeRO-3's allocator slack is the calibrated formulas' weakest term (rounds 7-10: 10 of 16 held-out ZeRO-3 runs
+    within 5%, at most 7.2% off); the estimate says so and points at --replay, and only at ZeRO-3."""
     z3, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--zero", "3")
     z2, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--zero", "2")
     note = [n for n in z3["result"]["notes"] if n.startswith("ZeRO-3: the allocator slack")]
-    assert len(note) == 1 and "11.1% and 7.5% under" in note[0] and "--replay" in note[0]
+    assert len(note) == 1 and "within 5% of what nvidia-smi showed on 10, at most 7.2% off" in note[0]
+    assert "--replay" in note[0] and "within 2.2% on each of them" in note[0]
     assert not any(n.startswith("ZeRO-3: the allocator slack") for n in z2["result"]["notes"])
 
 

@@ -114,7 +114,9 @@ def test_a_frozen_model_is_nothing_to_train(tmp_path):
     without dsdoctor (tests/test_training_checks.py maps its record)."""
     start = time.monotonic()
     code, report, stderr = smoke(tmp_path, "--steps", "20", "--method", "freeze", "--freeze-last", "0")
-    assert code == 2 and report == {} and "--freeze-last 0 leaves nothing to train" in stderr
+    assert code == 2 and "--freeze-last 0 leaves nothing to train" in stderr
+    # --json PATH still gets a document: the refusal, no findings (cli._emit_error)
+    assert report["error"].startswith("--freeze-last 0 leaves nothing to train") and report["findings"] == []
     assert time.monotonic() - start < 30 and not (tmp_path / "out").exists()
 
 

@@ -277,6 +277,14 @@ def test_hypothesis_sizes_of_default_templates_match_the_meta_build(model_type):
         except Exception:  # noqa: BLE001
             return
         desc = default_for(config)
+
+        def untraced(d):  # linears the meta forward did not reach (structure._trace_reads keeps what it traced)
+            return sum(not lin["reads"] for kind in d["kinds"] for lin in kind["linears"])
+
+        if desc is not None and untraced(built) > untraced(desc):
+            # the meta forward of these sizes fails midway (StableLM at head size 20 with partial_rotary_factor
+            # 0.25: a rotary width of 5, which rotate_half cannot split): a model that cannot train, no target
+            return
         if desc is not None:
             assert _without_versions(desc) == _without_versions(built)
             answered.append(sizes)

@@ -496,18 +496,18 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         est = replayed[0]
     if setup.offload_param != "none" and (replayed is None or "reserved_bytes" not in replayed[1]
                                           or replayed[1]["reserved_bytes"] is None):
-        notes.append("parameter offload: the allocator slack it adds (allocator_slack) is fitted on one H200 run "
-                     "(Qwen3-1.7B); on three held-out runs the estimate was 4% under to 26% over what nvidia-smi "
-                     "showed (benchmarks/results/memory-loops/calibration-fit.txt). --replay runs DeepSpeed's "
+        notes.append("parameter offload: the allocator slack it adds (allocator_slack) is fitted on the seven H200 "
+                     "parameter-offload runs of rounds 2-6, 1.3% to 11.9% under what nvidia-smi showed on them "
+                     "(benchmarks/results/memory-loops/calibration-fit.txt). --replay runs DeepSpeed's "
                      "fetches on their own stream instead (held out: within 0.5% of nvidia-smi on the three "
                      "parameter-offload runs of rounds 6 and 8, report-r6.md, report-r8.md; one seen run, Phi-3 "
                      "full fine-tuning, 8.2% under, step-replay-zero3-offload.md)")
     elif setup.zero_stage == 3 and replayed is None:
         notes.append("ZeRO-3: the allocator slack of its gathered parameters and sub-group states is the formulas' "
-                     "weakest term: on held-out H200 runs in the HF Trainer the estimate was 11.1% and 7.5% under "
-                     "what nvidia-smi showed (Llama-3.2-1B full, Phi-4 freeze; benchmarks/results/memory-loops/"
-                     "report-r8.md, report-r9.md). --replay (about 20-35 s for an 8B model on 2 cores) was within "
-                     "1.0% on both")
+                     "weakest term: on the 16 held-out H200 ZeRO-3 runs of rounds 7-10 the estimate was within 5% of "
+                     "what nvidia-smi showed on 10, at most 7.2% off (benchmarks/results/memory-loops/"
+                     "calibration-fit.txt). --replay (about 20-35 s for an 8B model on 2 cores) was within 2.2% on "
+                     "each of them (report-r7.md to report-r10.md)")
     rates, rates_source = rates_for(hw.gpu)
     report = Report("estimate")
 
