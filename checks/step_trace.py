@@ -122,14 +122,18 @@ def _mode(recorder: Recorder):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is aten._local_scalar_dense.default:
                 return True if args[0].dtype == torch.bool else 1
+            made = None  # the outputs in the order the GPU's kernel allocates them, where not their own order
             if func is aten.native_dropout.default:
-                # CUDA's kernel: the output and a bool mask
+                # CUDA's kernel: a bool mask, then the output, in that order (aten/src/ATen/native/cuda/Dropout.cu
+                # dropout_cuda: `Tensor mask = at::empty_like(self, ...bool)` before `Tensor ret =
+                # at::empty_like(self)`); the order decides which cached block each takes (trace-t8)
                 out = (torch.empty_like(args[0]), torch.empty_like(args[0], dtype=torch.bool))
+                made = [out[1], out[0]]
             elif func is aten.add.Tensor and _accumulates_in_place(args, kwargs):
                 out = aten.add_.Tensor(args[0], args[1])  # the autograd engine's in-place accumulation
             else:
                 out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
+            for t in made or tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor) and t.device.type == "meta":
                     recorder.track(t)
             if func in gemms:
