@@ -335,3 +335,39 @@ def test_real_hub_configs_the_fast_path_missed_now_take_it_and_match_the_meta_bu
     # false, Qwen3-4B's true
     assert REGISTRY["qwen3-4b"][1]["tie_word_embeddings"] is True
     assert shipped_for({k: v for k, v in REGISTRY["qwen3-4b"][1].items() if k != "tie_word_embeddings"}) is None
+
+
+def test_the_other_tying_of_a_covered_config_is_rewritten_as_transformers_builds_it(tmp_path):
+    """Granite-3.1-8B's config.json (ibm-granite/granite-3.1-8b-instruct) is tied where GraniteConfig's default is not,
+    so no template covered it and it took the 8-15 s meta build; an untied StarCoder2 and a tied Qwen3-8B are the
+    same case. The output projection is re-tied on the shipped structure (matching.retied_for) and equals the
+    meta build; Granite's total is its published 8.17B, and no torch or transformers is imported."""
+    from dsdoctor.models.matching import retied_for
+    from dsdoctor.models.template import default_template
+
+    granite = {"architectures": ["GraniteForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+               "attention_multiplier": 0.0078125, "bos_token_id": 0, "embedding_multiplier": 12.0, "eos_token_id": 0,
+               "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12800,
+               "logits_scaling": 16.0, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "granite",
+               "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "pad_token_id": 0,
+               "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000000.0,
+               "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.47.0",
+               "use_cache": True, "vocab_size": 49155}
+    starcoder2 = {**default_template("starcoder2")["row"], "tie_word_embeddings": False, "hidden_size": 4608,
+                  "num_attention_heads": 36, "num_key_value_heads": 4, "intermediate_size": 18432,
+                  "num_hidden_layers": 32, "vocab_size": 49152}
+    qwen3 = {**REGISTRY["qwen3-8b"][1], "tie_word_embeddings": True}
+    for config in (granite, starcoder2, qwen3):
+        label, desc = retied_for(config)
+        assert _without_versions(desc) == _without_versions(describe_config(config)), label
+        assert desc["tied"] is config["tie_word_embeddings"]
+    assert retied_for(granite)[1]["total_params"] == 8_170_848_256
+    assert retied_for({**qwen3, "tie_word_embeddings": "yes"}) is None
+    model = tmp_path / "granite"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(granite))
+    code = ("import json, sys; from dsdoctor.models import resolve_arch; a = resolve_arch(sys.argv[1]); "
+            "print(json.dumps([a.total_params, 'torch' in sys.modules, 'transformers' in sys.modules, a.source]))")
+    out = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, check=True)
+    total, torch_loaded, transformers_loaded, source = json.loads(out.stdout)
+    assert total == 8_170_848_256 and not torch_loaded and not transformers_loaded and "tied to" in source

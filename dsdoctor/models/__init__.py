@@ -191,6 +191,13 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
                                              "dsdoctor and rewritten to this config's own sizes by its shape "
                                              "template; nothing built)",
                                              config=config)
+    retied = matching.retied_for(config)
+    if retied is not None:  # one of the above with the output projection tied the other way
+        state = "tied to" if config["tie_word_embeddings"] else "untied from"
+        return structure.arch_from_structure(retied[1], name=name, source=f"{source} (the structure of "
+                                             f"{retied[0]}, shipped with dsdoctor and rewritten to this config's "
+                                             f"sizes, with the output projection {state} the input embedding; "
+                                             "nothing built)", config=config)
     from dsdoctor.meta_count import transformers_knows
 
     model_type = config.get("model_type")

@@ -227,3 +227,46 @@ def _rescale(desc: dict, row: dict, config: dict) -> dict | None:
             "layers": [kind] * layers,  # the shipped dict is shared: its values are replaced, never changed
             "total_params": (desc["total_params"] + embedding - desc["embedding_params"] + lm_head - head
                              + (layers - len(desc["layers"])) * desc["kinds"][kind]["params"])}
+
+
+def _retied(desc: dict, tied: bool) -> dict | None:
+    """``desc`` with its output projection tied to the input embedding (``tied``) or given its own weight: the
+    embedding is V x h and an untied, bias-free ``lm_head`` is the same V x h (``nn.Linear(hidden, vocab,
+    bias=False)`` in every causal-LM class built so: ``describe`` reads ``lm_head_params`` 0 when tied). None where
+    the embedding is not exactly V x h (position or other embeddings counted with it) or the head has a bias."""
+    if desc.get("tied") == tied:
+        return desc
+    embedding, vocab, hidden = desc.get("embedding_params"), desc.get("vocab_size"), desc.get("hidden_size")
+    if desc.get("lm_head_bias") or not (_positive_int(vocab) and _positive_int(hidden)) or embedding != vocab * hidden:
+        return None
+    if tied:
+        if desc.get("lm_head_params") != embedding:
+            return None
+        return {**desc, "tied": True, "lm_head_params": 0, "total_params": desc["total_params"] - embedding}
+    if desc.get("lm_head_params") != 0:
+        return None
+    return {**desc, "tied": False, "lm_head_params": embedding, "total_params": desc["total_params"] + embedding}
+
+
+def retied_for(config: dict) -> tuple[str, dict] | None:
+    """(what answered, structure) for a ``config`` that one of :func:`shipped_for`, :func:`scaled_for` and
+    :func:`default_for` would answer if its ``tie_word_embeddings`` were the other way: that answer with the output
+    projection tied or untied (:func:`_retied`). A tied Granite-3.1-8B (GraniteConfig's default is untied) or an
+    untied StarCoder2 is then counted without building it; ``tests/test_template.py`` compares with the meta build.
+    None when ``tie_word_embeddings`` is not given as a boolean, or nothing answers the flipped config."""
+    tied = config.get("tie_word_embeddings")
+    if not isinstance(tied, bool):
+        return None
+    flipped = {**config, "tie_word_embeddings": not tied}
+    for label, answer in (("registry", shipped_for), ("registry", scaled_for)):
+        found = answer(flipped)
+        if found is not None:
+            desc = _retied(found[1], tied)
+            if desc is not None:
+                return f"{label} {found[0]}", desc
+    desc = default_for(flipped)
+    if desc is not None:
+        desc = _retied(desc, tied)
+        if desc is not None:
+            return f"transformers' {desc['class']} at its config class's defaults", desc
+    return None
