@@ -25,7 +25,7 @@ def main() -> None:
     import fit_calibration
     from memory_loops import RAN_SDPA
 
-    from dsdoctor.checks.memory import cuda_context_bytes, estimate, verdict
+    from dsdoctor.checks.memory import cuda_context_bytes, replay_verdict
     from dsdoctor.checks.step_trace import replay_setup
 
     only = None
@@ -52,17 +52,17 @@ def main() -> None:
         attn = RAN_SDPA.get(setup.arch.config.get("model_type"))
         r = replay_setup(setup, capacity, attn=attn)
         oom_model = r.reserved is None
-        # the verdict estimate --replay gives: the replayed total, or (out of memory) the calibrated one, at least
-        # past the card; MEM502's band (8% either side) is a warning, right either way
-        total = max(estimate(setup).total, point["gpu_total"] + 1) if oom_model else r.reserved + cuda_context_bytes(setup)
-        kind = verdict(total, point["gpu_total"])
+        # the verdict estimate --replay gives (MEM502's band, 8% either side, and MEM512's out of memory by
+        # fragmentation are warnings, right either way)
+        kind = replay_verdict(r, cuda_context_bytes(setup), point["gpu_total"])
         err = None if oom_model or point["oom"] or not point["reserved"] else \
             (r.reserved - point["reserved"]) / point["reserved"]
         rows["held-out" if point["held"] else "fit"].append((point, r, err, kind))
         print(f"| {point['round']} | {point['name']} | {setup.launch} | "
               f"{(point['reserved'] or 0) / GIB:.2f} | {(r.reserved or 0) / GIB:.2f} | "
               f"{'' if err is None else f'{100 * err:+.1f}%'} | {(point['allocated'] or 0) / GIB:.2f} | "
-              f"{(r.allocated or 0) / GIB:.2f} | {point['oom']} / {oom_model}"
+              f"{(r.allocated or 0) / GIB:.2f}{f' (no limit: {r.unbounded_allocated / GIB:.2f})' if r.unbounded_allocated else ''}"
+              f" | {point['oom']} / {oom_model}"
               f"{' (' + r.oom_phase + ')' if r.oom_phase else ''} | {kind} | {r.seconds:.1f} |", flush=True)
     for group, items in rows.items():
         errs = [abs(e) for _, _, e, _ in items if e is not None]

@@ -637,6 +637,24 @@ def verdict(total: int, gpu_bytes: int) -> str:
     return "fits" if total < gpu_bytes else "no"
 
 
+def replay_verdict(replayed, context: int, gpu_bytes: int) -> str:
+    """The verdict of ``estimate --replay`` ("fits", "tight" or "no", as :func:`verdict`) for ``replayed``
+    (:class:`dsdoctor.checks.step_trace.Replayed` of a run given ``gpu_bytes - context`` bytes). A replay that fits is
+    judged by its reserved peak plus the CUDA context ``context`` (bytes) in :func:`verdict`'s band. One that ran out of
+    memory is "no" when the bytes allocated at once (``unbounded_allocated``, the same events replayed with no limit)
+    plus the context come within :data:`TIGHT` of the card or past it. Below that it is "tight" (MEM512): the
+    allocations leave room, and the order in which the run frees blocks, which the replay does not know to the byte,
+    decides whether the caching allocator finds a block after releasing its free segments
+    (``c10/cuda/CUDACachingAllocator.cpp``). Seen on the H200: Qwen3-14B LoRA with allocations at 83% of the card
+    trained where its replay ran out; Qwen3-8B LoRA at sequence 4096, micro batch 13, with allocations at 98%, ran out
+    as its replay did (``benchmarks/results/memory-loops/README.md``)."""
+    if replayed.reserved is not None:
+        return verdict(replayed.reserved + context, gpu_bytes)
+    if replayed.unbounded_allocated is None:  # nothing replayed: the model states alone do not fit
+        return "no"
+    return "tight" if replayed.unbounded_allocated + context < (1 - TIGHT) * gpu_bytes else "no"
+
+
 def _divisors(n: int, limit: int = 4096) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -880,6 +898,18 @@ MEM511 = rule(
     fix="Give --gpu NAME (as nvidia-smi names it) or --gpu-mem GiB of the card that will train; for a smaller card "
         "the table gives the fastest setup that fits it.",
     source="dsdoctor estimate (the common-cards table); NVML's memory totals of each card")
+MEM512 = rule(
+    "MEM512", "warning", "fits only if the cached blocks do not fragment",
+    what="--replay: the bytes the run allocates at once stay more than 8% below the GPU's memory, but the replayed "
+         "caching allocator runs out of memory: after releasing its free segments it has no block left of the size "
+         "a request asks for.",
+    why="Whether the real run fits then depends on the order in which it frees memory, which the replay does not "
+        "know to the byte: on an H200, Qwen3-14B LoRA at micro batch 18 (115 GiB allocated at most) trained at 94% "
+        "of the card where its replay ran out of memory at the third backward.",
+    fix="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in every rank's environment (segments that grow, so "
+        "freed memory serves a request of any size), or a smaller micro batch with more gradient accumulation.",
+    source="c10/cuda/CUDACachingAllocator.cpp (release_cached_blocks before an out-of-memory; expandable_segments); "
+           "benchmarks/results/memory-loops/README.md, round 11")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

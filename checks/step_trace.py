@@ -548,7 +548,10 @@ def replay(recorder: Recorder, capacity: int | None = None):
 @dataclass
 class Replayed:
     """What :func:`replay_setup` found: peak reserved and allocated bytes on one GPU (None when it ran out of
-    memory), the phase that ran out, the events replayed, the seconds it took, the phase of the allocated peak."""
+    memory), the phase that ran out, the events replayed, the seconds it took, the phase of the allocated peak.
+    When it ran out of memory, ``unbounded_reserved`` / ``unbounded_allocated``: the peaks of the same events
+    replayed with no capacity (bytes), so that a caller can tell an out-of-memory that the allocations themselves
+    cause (``unbounded_allocated`` past the capacity) from one that the cached blocks' fragmentation causes."""
 
     reserved: int | None
     allocated: int | None
@@ -556,6 +559,8 @@ class Replayed:
     events: int
     seconds: float
     peak_phase: str | None = None
+    unbounded_reserved: int | None = None
+    unbounded_allocated: int | None = None
 
 
 def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lora_r: int = 8,
@@ -576,6 +581,8 @@ def replay_setup(setup, capacity: int | None = None, attn: str | None = None, lo
     try:
         sim, peak_phase = replay(recorder, capacity)
     except OutOfMemory as exc:
-        return Replayed(None, None, exc.phase, len(recorder.events), time.time() - start)
+        free, free_phase = replay(recorder, None)
+        return Replayed(None, None, exc.phase, len(recorder.events), time.time() - start, free_phase,
+                        free.peak_reserved, free.peak_allocated)
     return Replayed(sim.peak_reserved, sim.peak_allocated, None, len(recorder.events), time.time() - start,
                     peak_phase)

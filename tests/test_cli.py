@@ -18,7 +18,7 @@ DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111"
           "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
           "DS143", "DS144", "DS145", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 9)]
-ALL_IDS = ([f"TRN6{i:02d}" for i in range(13)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM5{i:02d}" for i in range(12)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(13)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM5{i:02d}" for i in range(13)]
            + [f"ENV3{i:02d}" for i in range(30)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414"]
            + ["LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807", "LOG808"]
            + DS_IDS + HF_IDS)

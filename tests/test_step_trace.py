@@ -41,13 +41,36 @@ def test_the_replay_gives_the_reserved_peak_the_h200_measured(name, measured):
 
 
 def test_a_run_that_ran_out_of_memory_on_the_h200_runs_out_in_the_replay(measured):
-    from dsdoctor.checks.memory import cuda_context_bytes
+    from dsdoctor.checks.memory import cuda_context_bytes, replay_verdict
     from dsdoctor.checks.step_trace import replay_setup
 
     point = measured["r4-ds-l8-full-z2-mb1-oom"]  # DeepSeek-R1-Distill-Llama-8B full ZeRO-2: out at step 2's step
     assert point["oom"]
     r = replay_setup(point["setup"], point["gpu_total"] - cuda_context_bytes(point["setup"]))
     assert r.reserved is None and r.oom_phase == "step2:step"
+    # with no limit the same events allocate 164.8 GiB at once: past the card, whatever the allocator's order
+    assert r.unbounded_allocated > point["gpu_total"]
+    assert replay_verdict(r, cuda_context_bytes(point["setup"]), point["gpu_total"]) == "no"
+
+
+def test_a_replay_that_runs_out_with_allocations_well_below_the_card_is_mem512_not_mem501(measured):
+    """Round 11's Qwen3-14B LoRA at micro batch 18 trained on the H200 (131 GiB of 140 in nvidia-smi) where its
+    replay ran out of memory at the third backward: the allocations (115.4 GiB at most, as the GPU measured) leave
+    room, and the caching allocator's fragmentation decided. A warning (MEM512) with PyTorch's fix, not MEM501."""
+    point = measured["r11-q3-14b-lora-z2-mb18-s2048-engine"]
+    assert not point["oom"]
+    result = CliRunner().invoke(cli, ["estimate", "--model", "qwen3-14b", "--method", "lora", "--zero", "2",
+                                      "--micro-batch", "18", "--seq-len", "2048", "--gpu", "H200", "--gpus", "1",
+                                      "--replay", "--json", "-"])
+    data = json.loads(result.output)
+    replay = data["result"]["replay"]
+    assert result.exit_code == 0, result.output
+    assert replay["out_of_memory_in"] == "step3:backward" and replay["verdict"] == "tight"
+    assert abs(replay["unbounded_allocated_bytes"] - point["allocated"]) <= 0.01 * point["allocated"]
+    ids = [f["id"] for f in data["findings"]]
+    assert "MEM512" in ids and "MEM501" not in ids and "MEM502" not in ids
+    finding = next(f for f in data["findings"] if f["id"] == "MEM512")
+    assert "expandable_segments:True" in finding["fix"] and "step3:backward" in finding["evidence"]
 
 
 TINY = {"model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,

@@ -538,7 +538,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
         "deepspeed_estimator_bytes": mem.deepspeed_estimator_bytes(setup),
         "accelerate_estimator_bytes": mem.accelerate_estimator_bytes(setup),
     }
-    result["reserved_source"] = "replay" if replayed is not None and replayed[1]["reserved_bytes"] else "calibrated"
+    replay_reserved = None if replayed is None else (replayed[1]["reserved_bytes"]
+                                                     or replayed[1].get("unbounded_reserved_bytes"))
+    result["reserved_source"] = "replay" if replay_reserved else "calibrated"
     if replayed is not None:
         result["replay"] = replayed[1]
         notes.append("--replay: the setups under 'What to change' and the largest micro batch that fits are the "
@@ -546,7 +548,7 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     report.result = result
 
     _breakdown(report, est, setup, method, result["model_states_bytes"], world_source,
-               replayed=replayed is not None and replayed[1]["reserved_bytes"] is not None)
+               replayed=bool(replay_reserved))
     host_labels = {"needed_per_node": f"needed_per_node ({mem.HOST_BUFFER_FACTOR} x offload_per_node for DeepSpeed's "
                                       "pinned buffers, + model_load_per_node)"}
     report.tables.append(("Host RAM, GiB", ["what", "GiB"],
@@ -658,6 +660,10 @@ def _replay(setup, est, states_bytes: int, gpu_bytes: int | None, lora_r: int, p
     info = {"reserved_bytes": r.reserved, "allocated_bytes": r.allocated, "out_of_memory_in": r.oom_phase,
             "peak_allocated_in": r.peak_phase, "allocations": r.events, "seconds": round(r.seconds, 1),
             "capacity_bytes": capacity}
+    if gpu_bytes:
+        info["verdict"] = mem.replay_verdict(r, context, gpu_bytes)
+    if r.reserved is None and r.unbounded_allocated is not None:
+        return _replay_out_of_memory(est, r, info, capacity, context, gpu_bytes, notes)
     if r.reserved is None:
         notes.append((f"--replay: the replayed run runs out of the {gib(capacity)} GiB the caching allocator has "
                       f"(the GPU less the CUDA context) in {r.oom_phase}" if capacity > 0 else
@@ -675,6 +681,26 @@ def _replay(setup, est, states_bytes: int, gpu_bytes: int | None, lora_r: int, p
     return dc_replace(est, terms=terms, reserved=r.reserved, total=r.reserved + context), info
 
 
+def _replay_out_of_memory(est, r, info: dict, capacity: int, context: int, gpu_bytes: int, notes: list[str]):
+    """The replay ran out of ``capacity`` bytes (``r``: :class:`dsdoctor.checks.step_trace.Replayed`, with the
+    peaks of the same events replayed with no capacity): (the estimate at those unbounded peaks, ``info``, whose
+    verdict (:func:`dsdoctor.checks.memory.replay_verdict`) "tight" is a ``fragmentation``: the allocations leave room
+    and the cached blocks decide, MEM512)."""
+    from dataclasses import replace as dc_replace
+
+    terms = dict(est.terms)
+    terms["allocator_slack"] = r.unbounded_reserved - est.allocated
+    info.update(unbounded_reserved_bytes=r.unbounded_reserved, unbounded_allocated_bytes=r.unbounded_allocated,
+                peak_allocated_in=r.peak_phase)
+    fragmented = info["fragmentation"] = info["verdict"] == "tight"
+    notes.append(f"--replay: the replayed run runs out of the {gib(capacity)} GiB the caching allocator has (the GPU "
+                 f"less the CUDA context) in {r.oom_phase}; with no limit its allocations peak at "
+                 f"{gib(r.unbounded_allocated)} GiB in {r.peak_phase} and it reserves {gib(r.unbounded_reserved)} GiB"
+                 + (": the allocations leave room, the cached blocks' fragmentation decides (MEM512)" if fragmented
+                    else ": the allocations alone come within 8% of the card or past it"))
+    return dc_replace(est, terms=terms, reserved=r.unbounded_reserved, total=r.unbounded_reserved + context), info
+
+
 def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardware, rates,
              host_bytes: int | None) -> None:
     """The verdict against one GPU's memory, and the ranked setups when it does not fit or is tight (none whose
@@ -685,7 +711,8 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
     result["fits"] = headroom >= 0
     result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
     result["headroom_bytes"] = headroom
-    kind = mem.verdict(est.total, gpu_bytes)
+    replayed = result.get("replay") or {}
+    kind = replayed.get("verdict") or mem.verdict(est.total, gpu_bytes)
     result["tight"] = kind == "tight"
     changes = mem.search(setup, gpu_bytes, rates, host_bytes=host_bytes) if kind != "fits" else []
     if changes and not any(c["fits"] for c in changes):
@@ -708,6 +735,17 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
         report.add(mem.MEM501.finding(
             f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
             f"({hw.memory_source})", fix=fix))
+    elif kind == "tight" and replayed.get("fragmentation"):
+        first = next((c for c in changes if c["fits"] and not c.get("tight")), None)
+        report.add(mem.MEM512.finding(
+            f"--replay: the allocations peak at {gib(replayed['unbounded_allocated_bytes'])} GiB, within the "
+            f"{gib(replayed['capacity_bytes'])} GiB the caching allocator has, but it runs out in "
+            f"{replayed['out_of_memory_in']}: no cached block is left for a request there (with no limit it would "
+            f"reserve {gib(replayed['unbounded_reserved_bytes'])} GiB), so whether the run fits depends on how its "
+            f"freed blocks fragment",
+            fix="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment of every rank (freed memory "
+                "then serves a request of any size: PyTorch's own advice for a fragmented cache)"
+                + (f"; or {first['change']} ({gib(first['total_bytes'])} GiB) keeps a margin" if first else "")))
     elif kind == "tight":
         first = next((c for c in changes if c["fits"] and not c.get("tight")), None)
         report.add(mem.MEM502.finding(
