@@ -24,6 +24,8 @@ def test_wheel_has_schemas_assets_and_the_remapped_packages(tmp_path):
                    "dsdoctor/checks/hf_trainer.py", "dsdoctor/commands/check.py",
                    "dsdoctor/reference_train/train.py", "dsdoctor/reference_train/assets/tiny-model/config.json",
                    "dsdoctor/reference_train/assets/data/sft.jsonl", "dsdoctor/models/templates.json",
-                   "dsdoctor/models/structures.json", "dsdoctor/models/default_templates/olmo2.json"):
+                   "dsdoctor/models/structures.json", "dsdoctor/models/default_templates/olmo2.json",
+                   "dsdoctor/messages/deepspeed.json", "dsdoctor/messages/nccl.json", "dsdoctor/checks/memory/terms.py",
+                   "dsdoctor/commands/estimate/report.py"):
         assert needed in names, needed
     assert not any(n.startswith("checks/") for n in names)  # no generic top-level module in site-packages

@@ -16,7 +16,7 @@ from dsdoctor.rules import Rule, catalogue
 from .context import localize, run_context
 from .lines import PROGRESS, Line, read_lines
 from .precision import overflow_line, skipped_step, stuck
-from .rules import LOG800, LOG805, LOG807
+from .rules import LOG800, LOG805, LOG807, LOG809, LOG810
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
                          SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
 
@@ -322,12 +322,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
     first, others = failures(matches, lines)
     if first is None:
-        tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
-                and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
-        shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
         result.update(first_failure=None, matches=[])
-        return [LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
-                                       f"{shown}"))], result
+        return [_unnamed(lines)], result
     if first.signature.name == "stopped":
         build = build_in_flight(lines, first.line_index)
         if build:
@@ -344,6 +340,9 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         match.context = ctx
         evidence, fix, extra = _described(match, lines)
         target: Rule = rules[match.signature.rule_id]
+        found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE else None
+        if found is not None:  # no rule names it, but the catalogue knows whose message it is
+            target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
         if target.id in reported:
             continue
         reported.add(target.id)
@@ -378,6 +377,45 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
     return findings, result
 
 
+#: What says a run failed, when no signature matched (LOG810 rather than LOG800): a traceback, an exception's line,
+#: NCCL's WARN, a fatal or FAILED line, a non-zero exit code.
+FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Error|Exception)\b:|\bNCCL WARN\b|"
+                         r"\b(?:[Ff]atal|FATAL)\b|\bFAILED\b|\bERROR\b|[Ee]xit(?:ed|s)? (?:with )?(?:status|code|"
+                         r"return code)\s{0,3}=?\s{0,3}-?[1-9]")
+#: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
+MAX_LOOKUPS = 40
+
+
+def _catalogued(text: str):
+    """The catalogue's template (:func:`dsdoctor.messages.catalogue.lookup`) of a failure's line, when it matched as
+    a whole, else None."""
+    from dsdoctor.messages.catalogue import lookup
+
+    found = lookup(text[:2000])
+    return found if found is not None and found.whole else None
+
+
+def _unnamed(lines: list[Line]) -> Finding:
+    """No signature matched: the first failure-looking line whose message the catalogue knows (LOG809, its origin), or
+    the failure-looking lines (LOG810, inconclusive), or LOG800 for a log that shows no failure or a run that
+    finished (:func:`finished`: a handled exception, one ignored at exit, a retried NCCL connection are no failure)."""
+    failing = [] if finished(lines, []) else [ln for ln in lines if FAILED_LINE.search(ln.text)
+                                              and not CASCADE.search(ln.text)]
+    for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
+        found = _catalogued(ln.text)
+        if found is not None and found.entry.kind not in ("nccl-info",):
+            return LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}"))
+    tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
+            and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
+    shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
+    if failing:
+        shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
+        return LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
+                                      f"dsdoctor can name; the last: {shown}"))
+    return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
+                                  f"{shown}"))
+
+
 def _described(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
     """(evidence, fix, extra) from a signature's describer, which returns (evidence, fix) or (evidence, fix, extra):
     ``extra`` may hold a ``title`` for what the log shows, where the rule's own title is the preflight check's."""
@@ -387,11 +425,11 @@ def _described(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
 
 def pitfall_findings(text: str, already: set[str] = frozenset()) -> list[Finding]:
     """The named pitfall of a failed run's output (``smoke`` on its own runs): :func:`explain`'s first finding, as
-    an error, unless nothing was recognised (LOG800), it is an unnamed Python error (LOG805: smoke's TRN607 already
-    gives it), the run being stopped (LOG807: smoke stopped it, and says why), or its rule is among ``already``
+    an error, unless nothing was recognised (LOG800, LOG810), it is an unnamed Python error (LOG805: smoke's TRN607
+    already gives it), the run being stopped (LOG807: smoke stopped it, and says why), or its rule is among ``already``
     reported."""
     findings, _ = explain(text)
     first = findings[0]
-    if first.id in (LOG800.id, LOG805.id, LOG807.id) or first.id in already:  # nothing named: smoke's own TRN6xx say it
+    if first.id in (LOG800.id, LOG805.id, LOG807.id, LOG810.id) or first.id in already:  # nothing named: smoke's own TRN6xx say it
         return []
     return [first]

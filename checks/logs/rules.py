@@ -93,3 +93,22 @@ LOG808 = rule(
     example="ModuleNotFoundError: No module named 'flash_attn'; ModuleNotFoundError: No module named "
             "'deepspeed.launcher'; 'deepspeed' is not a package",
     source="importlib._bootstrap (_find_and_load_unlocked); transformers/dynamic_module_utils.py check_imports")
+LOG809 = rule(
+    "LOG809", "error", "a library's own error message, which no dsdoctor rule names yet",
+    what="The log's failure is a message that DeepSpeed, transformers, peft, accelerate, PyTorch or NCCL prints from "
+         "its own source (dsdoctor's message catalogue, mined from those packages' code), and no explain rule names "
+         "its cause.",
+    why="The message's origin (the package, the file and function that raise or print it, and the versions it is in) "
+        "is where its cause is: the condition in that code is what the run violated.",
+    fix="Read the condition around the file and function in the evidence, in the version you run; search that "
+        "message in the package's issue tracker.",
+    source="dsdoctor/messages (python -m dsdoctor.messages.generate)")
+LOG810 = rule(
+    "LOG810", "error", "the log shows a failure dsdoctor cannot name (inconclusive)",
+    what="The log holds a traceback, an error or fatal line, a FAILED or a non-zero exit, but none of explain's "
+         "signatures and no message of the catalogue names it.",
+    why="A failed run is never reported as clean: the lines in the evidence are the failure, or lead to it. The log "
+        "may be cut before the failure's own message (a pasted tail, a wrapped line).",
+    fix="Give the whole log of every rank (`deepspeed --enable_each_rank_log DIR`, torchrun's --log-dir), with the "
+        "lines before the first error.",
+    source="dsdoctor explain")

@@ -1,0 +1,142 @@
+"""The shipped message catalogues (``dsdoctor/messages/<package>.json``, written by
+:mod:`dsdoctor.messages.generate`) and the lookup of a log line in them: which library printed this message, from
+which file and function, in which of its versions.
+
+A line is matched against a template by the template's longest literal piece (a substring test), then by the whole
+template as a regular expression (each placeholder a bounded ``.{0,300}?``); among the templates that match, the one
+with the most literal text wins, a whole match before a partial one (the line holds only the longest piece: a message
+cut by the log's wrapping, or one whose other pieces are printed on other lines).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+#: the packages whose catalogues ship, in the order a tie is broken (the library nearest the user's code first)
+PACKAGES = ("transformers", "peft", "accelerate", "deepspeed", "torch", "nccl")
+#: display names
+NAMES = {"transformers": "transformers", "peft": "peft", "accelerate": "accelerate", "deepspeed": "DeepSpeed",
+         "torch": "PyTorch", "nccl": "NCCL"}
+#: a piece of fewer characters than this is no anchor (it is in too many lines)
+MIN_ANCHOR = 12
+HOLE_RE = ".{0,300}?"
+SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A template of a catalogue (see :mod:`dsdoctor.messages.mine`): ``parts`` literal text and ``None``
+    placeholders; ``versions`` of the package it is in, oldest first; file, line and function in the newest."""
+
+    package: str
+    kind: str
+    exception: str
+    parts: tuple
+    file: str
+    line: int
+    function: str
+    versions: tuple
+    all_versions: tuple  # every version the catalogue was made from
+
+    @property
+    def anchor(self) -> str:
+        return max((p.strip() for p in self.parts if p is not None), key=len, default="")
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern:
+        return re.compile("".join(HOLE_RE if p is None else re.escape(p) for p in self.parts))
+
+    @property
+    def text(self) -> str:
+        return "".join("{}" if p is None else p for p in self.parts)
+
+    def version_span(self) -> str:
+        """``0.12.6-0.19.8`` (the versions the message is in, of those mined), or ``every version mined (...)``."""
+        if self.versions == self.all_versions:
+            return f"every version mined ({self.versions[0]}-{self.versions[-1]})" if len(self.versions) > 1 else \
+                self.versions[0]
+        return ", ".join(self.versions) if len(self.versions) <= 2 else f"{self.versions[0]}-{self.versions[-1]}" \
+            + (" (not in every version between)" if not _contiguous(self.versions, self.all_versions) else "")
+
+    def origin(self) -> str:
+        """One line: 'DeepSpeed raised this (AssertionError) in runtime/zero/stage3.py (_partition_param), 0.12-0.19'."""
+        verb = {"raise": f"raised this ({self.exception})" if self.exception else "raised this",
+                "assert": "asserted this", "log": "logged this", "warn": "warned this", "print": "printed this",
+                "nccl-warn": "warned this (WARN)", "nccl-info": "printed this (INFO)"}.get(self.kind, "printed this")
+        where = f"{self.file}" + (f" ({self.function})" if self.function else "")
+        return f"{NAMES.get(self.package, self.package)} {verb} in {where}, {self.version_span()}"
+
+
+def _contiguous(versions: tuple, all_versions: tuple) -> bool:
+    idx = [all_versions.index(v) for v in versions if v in all_versions]
+    return bool(idx) and idx == list(range(idx[0], idx[0] + len(idx)))
+
+
+@functools.lru_cache(maxsize=1)
+def entries() -> tuple[Entry, ...]:
+    """Every template of every shipped catalogue."""
+    out = []
+    for package in PACKAGES:
+        path = HERE / f"{package}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        versions = tuple(data["versions"])
+        for t in data["templates"]:
+            out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
+                             t.get("function", ""), tuple(t["versions"]), versions))
+    return tuple(e for e in out if len(e.anchor) >= MIN_ANCHOR)
+
+
+@dataclass(frozen=True)
+class Found:
+    entry: Entry
+    whole: bool  # the whole template matched, not only its longest piece
+    literal: int  # literal characters matched
+
+
+#: entries are indexed by the first characters of their anchor, so that a line is tested against the few whose
+#: anchor can start at one of its positions
+KEY = 6
+
+
+@functools.lru_cache(maxsize=1)
+def _index() -> dict[str, list[Entry]]:
+    index: dict[str, list[Entry]] = {}
+    for e in entries():
+        index.setdefault(e.anchor[:KEY], []).append(e)
+    return index
+
+
+def lookup(text: str) -> Found | None:
+    """The catalogue's template that ``text`` (one log line, or wrapped lines joined) holds, or None (see the module
+    docstring)."""
+    line = SPACES.sub(" ", text)
+    index = _index()
+    seen: set[int] = set()
+    best: Found | None = None
+    for e in (e for i in range(len(line) - KEY + 1) for e in index.get(line[i:i + KEY], ())):
+        if id(e) in seen or e.anchor not in line:
+            continue
+        seen.add(id(e))
+        whole = e.regex.search(line) is not None
+        literal = sum(len(p) for p in e.parts if p is not None) if whole else len(e.anchor)
+        candidate = Found(e, whole, literal)
+        if best is None or (candidate.whole, candidate.literal) > (best.whole, best.literal):
+            best = candidate
+    return best
+
+
+def catalogue_versions() -> dict[str, tuple[str, ...]]:
+    """{package: the versions its shipped catalogue was mined from}."""
+    out = {}
+    for package in PACKAGES:
+        path = HERE / f"{package}.json"
+        if path.exists():
+            out[package] = tuple(json.loads(path.read_text())["versions"])
+    return out

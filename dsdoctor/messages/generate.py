@@ -1,0 +1,150 @@
+"""Write the message catalogues ``dsdoctor explain`` names a library's own messages with: ``<package>.json`` beside
+this file, one per package, each template with the versions it appears in.
+
+    python -m dsdoctor.messages.generate                       # add the installed versions of every package
+    python -m dsdoctor.messages.generate --source deepspeed=/tmp/deepspeed-0.9.5/deepspeed@0.9.5 \\
+        --source transformers=/tmp/tf-4.38.2/transformers@4.38.2 --nccl /tmp/nccl/src@2.28.9
+
+Sources: a package's own directory (``site-packages/deepspeed``, or an unpacked sdist's ``deepspeed/``; a
+DeepSpeed sdist's top-level ``op_builder/`` is read as ``ops/op_builder/``, where the wheel installs it), or NVIDIA/nccl's
+``src/``. ``pip download --no-deps --no-binary :all: deepspeed==X`` (or ``--only-binary :all:`` for a pure-Python
+wheel) fetches a version's source; keep only the generated catalogue, never the sources. A version already in a
+catalogue is mined again and replaces its old entries. Mining is :mod:`dsdoctor.messages.mine`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from dsdoctor.messages.mine import Template, mine_nccl, mine_python
+
+HERE = Path(__file__).parent
+
+#: What is mined of each package (paths relative to the package's directory; a prefix ending in "/" is a folder):
+#: the parts a DeepSpeed fine-tuning run goes through (issue 14's list, and the modules beside them that raise into a
+#: run: accelerator selection, communication, checkpoints, MoE, pipeline).
+SCOPE = {
+    "deepspeed": ("runtime/", "ops/op_builder/", "ops/adam/", "launcher/", "utils/", "comm/", "accelerator/",
+                  "checkpoint/", "elasticity/", "moe/", "pipe/", "__init__.py", "env_report.py"),
+    "transformers": ("integrations/deepspeed.py", "trainer.py", "modeling_utils.py", "training_args.py",
+                     "dynamic_module_utils.py", "integrations/peft.py", "trainer_utils.py", "trainer_pt_utils.py",
+                     "utils/import_utils.py", "modeling_flash_attention_utils.py", "data/data_collator.py",
+                     "configuration_utils.py", "tokenization_utils_base.py"),
+    "peft": ("",),
+    "accelerate": ("accelerator.py", "state.py", "utils/", "commands/launch.py", "commands/config/", "data_loader.py",
+                   "checkpointing.py", "big_modeling.py"),
+    "torch": ("distributed/", "utils/cpp_extension.py", "cuda/__init__.py", "cuda/memory.py",
+              "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py"),
+}
+
+
+def _version_key(version: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
+
+
+def mine_source(package: str, root: Path) -> tuple[list[Template], int, int]:
+    """(templates, dynamic, files) of ``package`` at ``root`` (see the module docstring)."""
+    if package == "nccl":
+        return mine_nccl(root)
+    only = SCOPE[package]
+    templates, dynamic, files = mine_python(root, package, () if only == ("",) else only)
+    builder = root / "ops" / "op_builder"
+    top = root.parent / "op_builder"
+    if package == "deepspeed" and (not builder.is_dir() or builder.is_symlink()) and top.is_dir():
+        more, d, f = mine_python(top, package)
+        for t in more:
+            t.file = f"ops/op_builder/{t.file}"
+        templates, dynamic, files = templates + more, dynamic + d, files + f
+    return templates, dynamic, files
+
+
+def merge(package: str, version: str, templates: list[Template], dynamic: int, files: int) -> dict:
+    """The catalogue of ``package`` with ``version``'s ``templates`` added (or replacing that version's), written to
+    ``<package>.json``; returns it."""
+    path = HERE / f"{package}.json"
+    data = json.loads(path.read_text()) if path.exists() else {"package": package, "versions": [], "stats": {},
+                                                                 "templates": []}
+    entries: dict[tuple, dict] = {}
+    for t in data["templates"]:
+        t["versions"] = [v for v in t["versions"] if v != version]
+        if t["versions"]:
+            entries[(t["kind"], t.get("exception", ""), json.dumps(t["parts"]))] = t
+    newest = not data["versions"] or _version_key(version) >= max(map(_version_key, data["versions"]))
+    seen = set()
+    for t in templates:
+        key = (t.kind, t.exception, json.dumps(t.parts))
+        if key in seen:
+            continue
+        seen.add(key)
+        entry = entries.get(key)
+        if entry is None:
+            entries[key] = entry = {"kind": t.kind, "exception": t.exception, "parts": t.parts, "file": t.file,
+                                    "line": t.line, "function": t.function, "versions": []}
+        elif newest:  # file, line and function of the newest version
+            entry.update(file=t.file, line=t.line, function=t.function)
+        entry["versions"] = sorted(set(entry["versions"]) | {version}, key=_version_key)
+    data["versions"] = sorted(set(data["versions"]) | {version}, key=_version_key)
+    data["stats"][version] = {"files": files, "templates": len(seen), "dynamic_skipped": dynamic}
+    data["stats"] = dict(sorted(data["stats"].items(), key=lambda kv: _version_key(kv[0])))
+    data["templates"] = sorted(entries.values(), key=lambda e: (e["file"], e["line"], e["kind"]))
+    data["generated_by"] = "python -m dsdoctor.messages.generate (dsdoctor/messages/mine.py)"
+    path.write_text(json.dumps(data, indent=0, ensure_ascii=False) + "\n")
+    return data
+
+
+def installed(package: str) -> tuple[Path, str] | None:
+    """(the installed ``package``'s directory, its version), or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        return Path(list(spec.submodule_search_locations)[0]), version(package).split("+")[0]  # 2.13.0+cpu: 2.13.0
+    except PackageNotFoundError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dsdoctor.messages.generate", description=__doc__.split("\n")[0])
+    parser.add_argument("--source", action="append", default=[], metavar="PKG=DIR@VERSION")
+    parser.add_argument("--nccl", action="append", default=[], metavar="SRC_DIR@VERSION")
+    parser.add_argument("--no-installed", action="store_true", help="only the sources given")
+    args = parser.parse_args(argv)
+    jobs: list[tuple[str, Path, str]] = []
+    if not args.no_installed:
+        for package in SCOPE:
+            found = installed(package)
+            if found:
+                jobs.append((package, *found))
+    for spec in args.source:
+        package, _, rest = spec.partition("=")
+        where, _, version = rest.rpartition("@")
+        if package not in SCOPE or not where or not version:
+            parser.error(f"--source {spec!r}: give PKG=DIR@VERSION with PKG one of {', '.join(SCOPE)}")
+        jobs.append((package, Path(where), version))
+    for spec in args.nccl:
+        where, _, version = spec.rpartition("@")
+        jobs.append(("nccl", Path(where), version))
+    for package, root, version in jobs:
+        if not root.is_dir():
+            sys.exit(f"{root}: not a directory")
+        templates, dynamic, files = mine_source(package, root)
+        data = merge(package, version, templates, dynamic, files)
+        kinds = Counter(t.kind for t in templates)
+        print(f"{package} {version}: {len(templates)} templates from {files} files ({dynamic} dynamic skipped; "
+              f"{dict(kinds)}); catalogue now {len(data['templates'])} templates over {data['versions']}")
+
+
+if __name__ == "__main__":
+    main()

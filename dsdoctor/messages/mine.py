@@ -1,0 +1,241 @@
+"""Mine the messages a library can print when something fails, from its own source: every ``raise X(...)``,
+``assert ..., "..."``, ``logger.error/warning/critical/exception(...)``, ``warnings.warn(...)`` and ``print`` of an
+error in Python (read with :mod:`ast`, never imported or run), and NCCL's ``WARN(...)`` / ``INFO(...)`` format strings
+in C (``src/`` of NVIDIA/nccl).
+
+A message becomes a *template*: its literal text with a placeholder where the code puts a value (an f-string's
+``{...}``, ``%s``/``%d``/``%lx`` of ``%``-formatting and of C's printf, ``str.format``'s ``{}``, a variable, a call). A
+message that is nothing but placeholders (``raise ValueError(msg)``) tells nothing and is counted as dynamic, not
+kept. Whitespace runs are one space: logs wrap and indent the same text differently.
+
+Each template records the package, its kind (``raise``, ``assert``, ``log``, ``warn``, ``print``, ``nccl-warn``,
+``nccl-info``), the exception class where one is raised, the file (relative to the package) and line, and the
+enclosing function. :mod:`dsdoctor.messages.generate` merges the templates of several versions of a package.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: A message with fewer literal characters than this (after whitespace is collapsed) is not kept: "{} != {}" would
+#: match every log.
+MIN_LITERAL = 12
+#: The method names of a logger (or of ``warnings``) whose message is kept; ``info``/``debug`` print progress, not
+#: failures (DeepSpeed's ``log_dist`` / ``print_rank_0`` likewise).
+LOG_METHODS = {"error": "log", "warning": "log", "warn": "warn", "critical": "log", "exception": "log", "fatal": "log",
+               "warning_once": "log", "warning_advice": "log", "error_once": "log"}
+#: A ``print`` is kept only when its literal text says it reports a failure.
+PRINT_WORDS = re.compile(r"\b(?:error|fail|failed|cannot|can't|unable|invalid|not supported|warning)\b", re.I)
+#: printf conversions (C and Python ``%``-formatting): flags, width, precision, length, conversion
+PRINTF = re.compile(r"%(?:\([^)]{0,40}\))?[-+ #0]{0,4}(?:\d{1,3}|\*)?(?:\.(?:\d{1,3}|\*))?(?:hh|h|ll|l|z|j|t|L|q)?"
+                    r"[diouxXeEfFgGcrsap]|%%")
+#: ``str.format`` fields: ``{}``, ``{0}``, ``{name!r:>10}``; ``{{`` and ``}}`` are literal braces
+FORMAT_FIELD = re.compile(r"\{\{|\}\}|\{[^{}]{0,80}\}")
+SPACES = re.compile(r"\s+")
+
+#: a placeholder in :attr:`Template.parts`
+HOLE = None
+
+
+@dataclass
+class Template:
+    """One message: ``parts`` alternate literal text (str) and placeholders (None), whitespace collapsed."""
+
+    package: str
+    kind: str
+    parts: list
+    file: str
+    line: int
+    function: str = ""
+    exception: str = ""
+    versions: list = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The message with each placeholder as ``{}`` (the key versions are merged on)."""
+        return "".join("{}" if p is HOLE else p.replace("{", "{{").replace("}", "}}") for p in self.parts)
+
+    @property
+    def literal_chars(self) -> int:
+        return sum(len(p.strip()) for p in self.parts if p is not HOLE)
+
+
+def normalise(parts: list) -> list:
+    """Adjacent literals joined, runs of placeholders one, whitespace collapsed, empty literals dropped; ends
+    stripped of spaces."""
+    out: list = []
+    for p in parts:
+        if p is HOLE:
+            if out and out[-1] is HOLE:
+                continue
+            out.append(HOLE)
+            continue
+        p = SPACES.sub(" ", p)
+        if not p:
+            continue
+        if out and out[-1] is not HOLE:
+            out[-1] += p
+        else:
+            out.append(p)
+    while out and out[0] is not HOLE and not out[0].strip():
+        out.pop(0)
+    if out and out[0] is not HOLE:
+        out[0] = out[0].lstrip()
+    if out and out[-1] is not HOLE:
+        out[-1] = out[-1].rstrip()
+    return [p for p in out if p is HOLE or p]
+
+
+def _split_format(text: str, pattern: re.Pattern, literal: dict[str, str]) -> list:
+    """``text`` cut at ``pattern``'s fields: placeholders, except the escapes in ``literal`` (``%%`` -> ``%``)."""
+    parts: list = []
+    last = 0
+    for m in pattern.finditer(text):
+        parts.append(text[last:m.start()])
+        parts.append(literal.get(m.group(0), HOLE))
+        last = m.end()
+    parts.append(text[last:])
+    return parts
+
+
+def message_parts(node: ast.AST | None) -> list:
+    """The literal parts and placeholders of a message expression (see the module docstring)."""
+    if node is None:
+        return []
+    if isinstance(node, ast.Constant):
+        return [node.value] if isinstance(node.value, str) else [HOLE]
+    if isinstance(node, ast.JoinedStr):
+        out: list = []
+        for v in node.values:
+            if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                out.append(v.value)
+            else:
+                out.append(HOLE)
+        return out
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return message_parts(node.left) + message_parts(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
+            and isinstance(node.left.value, str):
+        return _split_format(node.left.value, PRINTF, {"%%": "%"})
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
+            and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str):
+        return _split_format(node.func.value.value, FORMAT_FIELD, {"{{": "{", "}}": "}"})
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "join" and node.args:
+        return [HOLE]
+    return [HOLE]
+
+
+def _name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Call):
+        return _name(node.func)
+    return ""
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self, package: str, file: str):
+        self.package, self.file = package, file
+        self.scope: list[str] = []
+        self.found: list[Template] = []
+        self.dynamic = 0
+
+    def _keep(self, kind: str, node: ast.AST, message: ast.AST | None, exception: str = "") -> None:
+        parts = normalise(message_parts(message))
+        t = Template(self.package, kind, parts, self.file, getattr(node, "lineno", 0), ".".join(self.scope),
+                     exception)
+        if t.literal_chars < MIN_LITERAL:
+            self.dynamic += 1
+            return
+        self.found.append(t)
+
+    def _scoped(self, node) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+
+    def visit_Raise(self, node: ast.Raise) -> None:
+        exc = node.exc
+        if isinstance(exc, ast.Call):
+            message = exc.args[0] if exc.args else next((k.value for k in exc.keywords if k.arg in ("msg", "message")),
+                                                        None)
+            if message is not None:
+                self._keep("raise", node, message, _name(exc.func))
+        self.generic_visit(node)
+
+    def visit_Assert(self, node: ast.Assert) -> None:
+        if node.msg is not None:
+            self._keep("assert", node, node.msg, "AssertionError")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS and node.args:
+            self._keep(LOG_METHODS[func.attr], node, node.args[0],
+                       _name(node.args[1]) if func.attr == "warn" and len(node.args) > 1 else "")
+        elif isinstance(func, ast.Name) and func.id == "print" and node.args:
+            parts = normalise(message_parts(node.args[0]))
+            if any(p is not HOLE and PRINT_WORDS.search(p) for p in parts):
+                self._keep("print", node, node.args[0])
+        self.generic_visit(node)
+
+
+def mine_python(root: Path, package: str, only: tuple[str, ...] = ()) -> tuple[list[Template], int, int]:
+    """(templates, dynamic messages skipped, files read) of every ``.py`` under ``root`` (the package's own
+    directory: ``.../site-packages/deepspeed``), or of those whose path relative to ``root`` starts with one of
+    ``only``. A file Python cannot parse is skipped (counted in neither)."""
+    found: list[Template] = []
+    dynamic = files = 0
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if only and not rel.startswith(only):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (SyntaxError, ValueError):
+            continue
+        files += 1
+        v = _Visitor(package, rel)
+        v.visit(tree)
+        found += v.found
+        dynamic += v.dynamic
+    return found, dynamic, files
+
+
+#: NCCL's logging macros (src/include/debug.h): ``WARN(fmt, ...)`` and ``INFO(NCCL_SUBSYS, fmt, ...)``; a format of
+#: adjacent C string literals is one string
+NCCL_CALL = re.compile(r"\b(WARN|INFO|TRACE)\s*\(\s*(?:[A-Z_|\s]{0,80},\s*)?((?:\"(?:[^\"\\\n]|\\.){0,400}\"\s*){1,8})")
+C_STRING = re.compile(r"\"((?:[^\"\\\n]|\\.){0,400})\"")
+C_ESCAPES = {"\\n": " ", "\\t": " ", "\\\"": "\"", "\\\\": "\\"}
+
+
+def mine_nccl(root: Path) -> tuple[list[Template], int, int]:
+    """(templates, dynamic, files) of NCCL's ``WARN``/``INFO`` messages in the C/C++ sources under ``root``
+    (``src/`` of NVIDIA/nccl). ``TRACE`` is debugging output and is not kept."""
+    found: list[Template] = []
+    dynamic = files = 0
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".cc", ".c", ".h", ".cu", ".cpp", ".hpp")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        files += 1
+        for m in NCCL_CALL.finditer(text):
+            macro = m.group(1)
+            if macro == "TRACE":
+                continue
+            fmt = "".join(C_STRING.findall(m.group(2)))
+            for esc, ch in C_ESCAPES.items():
+                fmt = fmt.replace(esc, ch)
+            parts = normalise(_split_format(fmt, PRINTF, {"%%": "%"}))
+            t = Template("nccl", f"nccl-{macro.lower()}", parts, path.relative_to(root).as_posix(),
+                         text.count("\n", 0, m.start()) + 1)
+            if t.literal_chars < MIN_LITERAL:
+                dynamic += 1
+                continue
+            found.append(t)
+    return found, dynamic, files

@@ -1,0 +1,118 @@
+"""The message catalogue (dsdoctor/messages): mined from the libraries' own source, and how explain names a message
+no rule knows by its origin (LOG809), or says it cannot name a failure (LOG810) rather than "no failure"."""
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dsdoctor.checks.logs import explain
+from dsdoctor.messages import catalogue
+from dsdoctor.messages.generate import SCOPE, installed, mine_source
+from dsdoctor.messages.mine import HOLE, mine_nccl, mine_python
+
+CATALOGUES = Path(catalogue.__file__).parent
+
+
+def test_python_messages_become_templates(tmp_path):
+    pkg = tmp_path / "lib"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text(textwrap.dedent('''
+        import logging, warnings
+        logger = logging.getLogger(__name__)
+        class Engine:
+            def step(self, stage, n):
+                assert stage in (1, 2), f"ZeRO stage {stage} is not supported by the engine"
+                if n < 0:
+                    raise ValueError("micro batch %d must be positive, got %s" % (n, n))
+                logger.warning("overflow at step {} of {}: skipping".format(n, stage))
+                warnings.warn("the legacy key cpu_offload is " + "deprecated", FutureWarning)
+                print("training finished")  # no failure word: not kept
+                raise RuntimeError(msg)  # nothing literal: dynamic
+    '''))
+    found, dynamic, files = mine_python(pkg, "lib")
+    got = {(t.kind, t.exception, t.function, tuple(t.parts)) for t in found}
+    assert got == {
+        ("assert", "AssertionError", "Engine.step", ("ZeRO stage ", HOLE, " is not supported by the engine")),
+        ("raise", "ValueError", "Engine.step", ("micro batch ", HOLE, " must be positive, got ", HOLE)),
+        ("log", "", "Engine.step", ("overflow at step ", HOLE, " of ", HOLE, ": skipping")),
+        ("warn", "FutureWarning", "Engine.step", ("the legacy key cpu_offload is deprecated",)),
+    }
+    assert dynamic == 1 and files == 1
+
+
+def test_nccl_format_strings_become_templates(tmp_path):
+    (tmp_path / "init.cc").write_text('static int f() {\n  WARN("Duplicate GPU detected : rank %d and rank %d both on '
+                                      'CUDA device %lx", a, b, c);\n  INFO(NCCL_INIT|NCCL_NET, "Using network %s", n);'
+                                      '\n  TRACE(NCCL_ALL, "debug %d", x);\n}\n')
+    found, _, _ = mine_nccl(tmp_path)
+    assert [(t.kind, t.line, t.parts) for t in found] == [  # TRACE is debugging output: not kept
+        ("nccl-warn", 2, ["Duplicate GPU detected : rank ", HOLE, " and rank ", HOLE, " both on CUDA device ", HOLE]),
+        ("nccl-info", 3, ["Using network ", HOLE])]
+
+
+@pytest.mark.parametrize("package", sorted(SCOPE))
+def test_the_installed_version_has_a_catalogue_that_its_source_reproduces(package):
+    """Each installed package's version is in its catalogue (a new release needs `python -m
+    dsdoctor.messages.generate`), and mining the installed source again gives that version's templates exactly."""
+    root, version = installed(package)
+    data = json.loads((CATALOGUES / f"{package}.json").read_text())
+    assert version in data["versions"], f"run python -m dsdoctor.messages.generate for {package} {version}"
+    templates, _, _ = mine_source(package, root)
+    mined = {(t.kind, t.exception, json.dumps(t.parts)) for t in templates}
+    shipped = {(t["kind"], t.get("exception", ""), json.dumps(t["parts"])) for t in data["templates"]
+               if version in t["versions"]}
+    assert mined == shipped and len(mined) > 100
+
+
+def test_catalogues_span_the_versions_users_run():
+    """DeepSpeed from 0.9 to today, transformers 4.3x and 5.x, NCCL as torch 2.1-2.5 ships it (2.18, 2.21)."""
+    versions = catalogue.catalogue_versions()
+    assert {"0.9.5", "0.12.6", "0.14.4", "0.16.9", "0.19.8"} <= set(versions["deepspeed"])
+    assert {"4.38.2", "4.46.3"} <= set(versions["transformers"]) and any(v.startswith("5.")
+                                                                          for v in versions["transformers"])
+    assert {"2.18.6", "2.21.5"} <= set(versions["nccl"])
+
+
+@pytest.mark.parametrize("line,package,where,span", [
+    ("AssertionError: zero stage 2 requires an optimizer", "deepspeed", "runtime/engine.py",
+     "every version mined (0.9.5-0.19.8)"),
+    ("misc/init.cc:735 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "nccl",
+     "init.cc", "2.18.6-2.26.6"),
+    ("ValueError: Please specify `target_modules` or `target_parameters`in `peft_config`", "peft",
+     "tuners/lora/model.py", "0.21.2"),
+])
+def test_a_line_is_found_with_its_origin(line, package, where, span):
+    found = catalogue.lookup(line)
+    assert found.whole and found.entry.package == package and found.entry.file.endswith(where)
+    assert found.entry.version_span() == span
+
+
+def test_a_wrapped_or_unknown_line_is_not_taken_for_a_message():
+    assert catalogue.lookup("step 10 loss 1.234") is None
+    assert catalogue.lookup("zero stage 2 requires") is None  # shorter than the message's longest piece
+
+
+TRACEBACK = "Traceback (most recent call last):\n  File \"/work/train.py\", line 9, in <module>\n    main()\n"
+
+
+def test_explain_names_a_library_error_no_rule_knows_by_its_origin():
+    """peft's refusal of a LoraConfig without target_modules (round 12's GLM-4 point on the H200): no signature names
+    it, the catalogue says whose it is."""
+    log = TRACEBACK + "ValueError: Please specify `target_modules` or `target_parameters`in `peft_config`\n"
+    findings, _ = explain(log)
+    assert findings[0].id == "LOG809" and findings[0].severity == "error"
+    assert "peft raised this (ValueError) in tuners/lora/model.py (LoraModel._prepare_adapter_config)" in \
+        findings[0].evidence
+
+
+def test_a_failure_nothing_can_name_is_never_a_clean_log():
+    tail = "  File \"/work/x.py\", line 3, in f\n    g()\nRuntimeError: something no library prints\n" \
+           "[2024-06-01] ERROR: the job failed\n"
+    findings, _ = explain("[rank9999999999999999999999]: " + tail.replace("\n", "\n[rank9999999999999999999999]: "))
+    assert findings[0].id in ("LOG805", "LOG810")
+    findings, _ = explain("loading data\nFATAL: job aborted by the scheduler\n")
+    assert findings[0].id == "LOG810" and findings[0].severity == "error" and "FATAL" in findings[0].evidence
+    findings, _ = explain("loading data\nstep 1 loss 2.0\n")
+    assert findings[0].id == "LOG800"
