@@ -34,7 +34,7 @@ ROUNDS = {"accuracy": HERE / "results/memory-accuracy/points", "loops-r2": HERE 
           "loops-r5": HERE / "results/memory-loops/points-r5", "loops-r6": HERE / "results/memory-loops/points-r6",
           "loops-r7": HERE / "results/memory-loops/points-r7", "loops-r8": HERE / "results/memory-loops/points-r8",
           "loops-r9": HERE / "results/memory-loops/points-r9", "loops-r10": HERE / "results/memory-loops/points-r10",
-          "loops-r11": HERE / "results/memory-loops/points-r11"}
+          "loops-r11": HERE / "results/memory-loops/points-r11", "loops-r12": HERE / "results/memory-loops/points-r12"}
 #: The fit (since round 10): every point of the loops harness's rounds 2-6 (NVML polled over the whole run, the loops
 #: users run), 75 that trained. Held out: round 1 (memory_accuracy.py, another harness: the loop drops the outputs,
 #: NVML read once) and rounds 7-10, designed after round 6 and never fitted (they were seen when this fit set was

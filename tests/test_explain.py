@@ -871,3 +871,26 @@ def test_a_closed_stdin_is_one_line():
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0), timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip() == ("dsdoctor: error: - : stdin is closed; give the log file, "
                                                             "or pipe the log into `dsdoctor explain -`")
+
+
+def test_a_pydantic_block_lists_every_field_with_the_rule_check_gives():
+    """pydantic v2 (DeepSpeed 0.10+; the plural header, which the signature missed) and v1 (DeepSpeed 0.9): every
+    field, its value and type, pydantic's message, and check's rule for it."""
+    v2 = ("Traceback (most recent call last):\n  File \"train.py\", line 10, in <module>\n"
+          "pydantic_core._pydantic_core.ValidationError: 3 validation errors for DeepSpeedZeroConfig\n"
+          "stage3_prefetch_bucket_size\n  Input should be a valid integer, got a number with a fractional part "
+          "[type=int_from_float, input_value=15099494.4, input_type=float]\n"
+          "    For further information visit https://errors.pydantic.dev/2.5/v/int_from_float\n"
+          "stage3_max_live_paramters\n  Extra inputs are not permitted [type=extra_forbidden, input_value=1000000000, "
+          "input_type=int]\n"
+          "stage\n  Input should be less than or equal to 3 [type=less_than_equal, input_value=4, input_type=int]\n")
+    findings, _ = explain(v2)
+    assert findings[0].id == "DS199"
+    assert ("stage3_prefetch_bucket_size = 15099494.4 (float): Input should be a valid integer, got a number with a "
+            "fractional part [DS137]; stage3_max_live_paramters = 1000000000 (int): Extra inputs are not permitted "
+            "[DS131]; stage = 4 (int): Input should be less than or equal to 3 [DS140]") in findings[0].evidence
+    v1 = ("pydantic.error_wrappers.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
+          "reduce_bucket_size\n  value is not a valid integer (type=type_error.integer)\n")
+    findings, _ = explain(v1)
+    assert findings[0].id == "DS199"
+    assert findings[0].evidence.endswith("reduce_bucket_size: value is not a valid integer [DS137]")
