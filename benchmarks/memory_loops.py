@@ -89,6 +89,12 @@ def point_config(point: dict) -> dict:
     return point.get("config") or REGISTRY[point["model"]][1]
 
 
+def lora_targets(point: dict):
+    """peft's ``target_modules`` of a point: its names, or peft's "all-linear" (a string there, not a module name)."""
+    targets = point.get("lora_targets")
+    return "all-linear" if targets == ["all-linear"] else targets
+
+
 def build(point: dict, torch):
     """The model of ``point`` on the GPU with its method applied; (model, its config)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -105,7 +111,7 @@ def build(point: dict, torch):
 
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=point.get("lora_r", 8), lora_alpha=16,
                                                  lora_dropout=point.get("lora_dropout", 0.05),
-                                                 target_modules=point.get("lora_targets")))
+                                                 target_modules=lora_targets(point)))
     elif method == "ptuning":
         from peft import PrefixTuningConfig, get_peft_model
 

@@ -236,6 +236,36 @@ ENV329 = rule(
     fix="Delete the lock file named in the evidence (rm PATH), then run again: the op is rebuilt once.",
     source="torch/utils/cpp_extension.py _jit_compile; torch/utils/file_baton.py FileBaton (O_CREAT|O_EXCL, the fd "
            "held open while building)")
+ENV330 = rule(
+    "ENV330", "error", "nvcc cannot compile for a GPU architecture the build asks for",
+    what="The CUDA toolkit's nvcc does not list an architecture that the JIT op build targets: an entry of "
+         "TORCH_CUDA_ARCH_LIST, or a GPU here (`nvcc --list-gpu-arch`).",
+    why="Every DeepSpeed op build (FusedAdam at the first optimizer step, CPUAdam with offload) stops with \"nvcc fatal "
+        ": Unsupported gpu architecture 'compute_XY'\": the toolkit is older than the GPU (CUDA 11.7 and H100's "
+        "compute_90), or the list names an architecture this toolkit dropped.",
+    fix="A CUDA toolkit that supports the GPU (CUDA_HOME pointing to it), or TORCH_CUDA_ARCH_LIST limited to what "
+        "`nvcc --list-gpu-arch` prints.",
+    source="nvcc --list-gpu-arch; torch/utils/cpp_extension.py _get_cuda_arch_flags; "
+           "deepspeed/ops/op_builder/builder.py compute_capability_args")
+ENV331 = rule(
+    "ENV331", "error", "the training script does not accept the launcher's --local_rank",
+    what="The `deepspeed` launcher (and torch.distributed.launch) start every rank with `--local_rank=N`; the script's "
+         "argparse does not declare it.",
+    why="Every rank exits at once with 'error: unrecognized arguments: --local_rank=N' (argparse's exit code 2), "
+        "before any model loads.",
+    fix="Add parser.add_argument('--local_rank', type=int, default=-1) (or parse_known_args), or start the script with "
+        "torchrun, which passes LOCAL_RANK in the environment instead.",
+    source="deepspeed/launcher/launch.py (the --local_rank argument it appends); argparse's error()")
+ENV332 = rule(
+    "ENV332", "warning", "remote code is imported by every rank at once",
+    what="The model needs trust_remote_code, and all ranks load it at the same moment: each copies the repository's "
+         "modeling files into the modules cache (HF_MODULES_CACHE, ~/.cache/huggingface/modules/transformers_modules).",
+    why="The copies race: a rank imports a file another rank is rewriting, and fails with FileNotFoundError or "
+        "ModuleNotFoundError on transformers_modules.<model>, on one rank and one run out of several.",
+    fix="Load the config once before launching (python -c \"from transformers import AutoConfig; "
+        "AutoConfig.from_pretrained(PATH, trust_remote_code=True)\"), or load on the main process first "
+        "(training_args.main_process_first()), or give each rank its own HF_MODULES_CACHE.",
+    source="transformers/dynamic_module_utils.py get_class_from_dynamic_module, create_dynamic_module")
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
@@ -280,6 +310,14 @@ def _run(argv: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout + proc.stderr
+
+
+def _archs_of(output: str | None) -> list[str] | None:
+    """The compute capabilities ``nvcc --list-gpu-arch`` prints (``compute_90`` -> ``9.0``), or None where it prints
+    none (nvcc before CUDA 11.4 has no such option)."""
+    archs = sorted({f"{int(m[:-1])}.{m[-1]}" for m in re.findall(r"\bcompute_(\d{2,3})[a-z]?\b", output or "")},
+                   key=lambda a: tuple(map(int, a.split("."))))
+    return archs or None
 
 
 def _version(dist: str) -> str | None:
@@ -529,6 +567,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
         tools = {"nvcc": nvcc_path, "gcc": probe.which(env.get("CXX") or "c++"), "ninja": probe.which("ninja")}
         futures = {name: pool.submit(probe.run, [path, "--version"]) if path and "toolchain" in sections else None
                    for name, path in tools.items()}
+        futures["nvcc_arch"] = (pool.submit(probe.run, [nvcc_path, "--list-gpu-arch"])
+                                if nvcc_path and "toolchain" in sections else None)
         futures["nvml"] = pool.submit(probe.nvml) if {"gpu", "toolchain", "versions"} & set(sections) else None
         if "versions" in sections:
             torch_version = _module_file_values("torch", "version.py")
@@ -552,6 +592,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
             facts["toolchain"] = {
                 "CUDA_HOME": cuda_home, "nvcc": nvcc_path,
                 "nvcc_cuda": _cuda_of(futures["nvcc"].result()) if futures["nvcc"] else None,
+                "nvcc_archs": _archs_of(futures["nvcc_arch"].result()) if futures["nvcc_arch"] else None,
                 "cxx": env.get("CXX") or "c++",
                 "gcc": ((futures["gcc"].result() or "").splitlines() or [None])[0] if futures["gcc"] else None,
                 "cuda_home_has_nvcc": (os.path.exists(os.path.join(cuda_home, "bin", "nvcc")) if cuda_home
@@ -691,6 +732,17 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             if caps and good and len(covered) < len(caps):
                 out.append(ENV308.finding(f"TORCH_CUDA_ARCH_LIST={arch!r}; GPUs here: compute capability "
                                           f"{', '.join(caps)}"))
+        listed = tc.get("nvcc_archs")
+        if listed and jit:
+            # what torch's _get_cuda_arch_flags builds for: the list's entries, else the GPUs here
+            wanted = sorted({e.split("+")[0] for e in (arch_list_problems(arch)[1] if arch else [])}
+                            or {g["capability"] for g in gpus if g.get("capability")})
+            missing = [a for a in wanted if a not in listed]
+            if missing:
+                out.append(ENV330.finding(
+                    f"nvcc ({tc.get('nvcc')}, CUDA {tc.get('nvcc_cuda') or '?'}) compiles for compute capability "
+                    f"{listed[0]}-{listed[-1]}, not {', '.join(missing)} "
+                    f"({'TORCH_CUDA_ARCH_LIST=' + repr(arch) if arch else 'the GPUs here'})"))
     deep = facts.get("deep")
     if deep:
         prebuilt = set((v or {}).get("deepspeed_prebuilt_ops") or [])
@@ -734,6 +786,12 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             missing = [x for x in indices if x.isdecimal() and int(x) >= len(gpus)]
             if missing:
                 out.append(ENV314.finding(f"CUDA_VISIBLE_DEVICES={visible}; NVML sees {len(gpus)} GPU(s)"))
+            twice = sorted({x for x in indices if indices.count(x) > 1})
+            if twice:
+                from dsdoctor.checks.network import NET415
+
+                out.append(NET415.finding(f"CUDA_VISIBLE_DEVICES={visible}: {', '.join(twice)} listed twice",
+                                          fix="List each GPU once (CUDA_VISIBLE_DEVICES=0,1,...)"))
     if host is not None:
         if host.get("dev_shm") is not None and host["dev_shm"] < GIB:
             out.append(ENV312.finding(f"/dev/shm: {host['dev_shm'] / 2 ** 20:.0f} MiB"))

@@ -82,6 +82,16 @@ HF207 = rule(
     fix="Pass --hf-args args.json (or LLaMA-Factory's train.yaml) with per_device_train_batch_size, "
         "gradient_accumulation_steps, learning_rate, bf16/fp16, max_steps or num_train_epochs.",
     source=f"{_HF} trainer_config_process")
+HF209 = rule(
+    "HF209", "error", "ZeRO-3 with device_map or low_cpu_mem_usage",
+    what="The model is loaded with from_pretrained(device_map=...) or low_cpu_mem_usage=True while the DeepSpeed "
+         "config is ZeRO-3 (HfDeepSpeedConfig or the Trainer's deepspeed= is active).",
+    why="ZeRO-3 partitions the weights as they are created (zero.Init); a device map places them itself. transformers "
+        "refuses the pair: 'DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a "
+        "`device_map`'.",
+    fix="Drop device_map and low_cpu_mem_usage from from_pretrained under ZeRO-3 (ZeRO-3 already loads without a "
+        "full copy per GPU), or use ZeRO-2.",
+    source="transformers/modeling_utils.py from_pretrained (is_deepspeed_zero3_enabled)")
 
 #: TrainingArguments fields the integration reads, and their types (transformers/training_args.py)
 NUMERIC = {"per_device_train_batch_size": int, "gradient_accumulation_steps": int, "learning_rate": float,

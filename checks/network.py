@@ -370,6 +370,15 @@ NET414 = rule(
         "in your own init_process_group, timeout=datetime.timedelta(...).",
     source="deepspeed/constants.py default_pg_timeout; transformers/training_args.py ddp_timeout; NCCL's "
            "environment variables (docs.nvidia.com/deeplearning/nccl, env.html): no NCCL_TIMEOUT")
+NET415 = rule(
+    "NET415", "error", "two ranks on one GPU",
+    what="NCCL found two ranks of one communicator on the same GPU ('Duplicate GPU detected').",
+    why="The ranks did not select their own GPU: no torch.cuda.set_device(local_rank) before the process group, a "
+        "model moved to 'cuda' (device 0) on every rank, or CUDA_VISIBLE_DEVICES listing a GPU twice. NCCL refuses "
+        "the communicator ('invalid usage') at the first collective.",
+    fix="torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before deepspeed.init_distributed() / "
+        "init_process_group, and move the model to that device; give CUDA_VISIBLE_DEVICES each GPU once.",
+    source="NCCL src/init.cc (Duplicate GPU detected); torch/distributed/distributed_c10d.py")
 
 
 def link_between(gpus: list[dict], ib_bits_per_s: float = 0.0, nic_bits_per_s: float = 0.0,

@@ -364,9 +364,16 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
     model = build_for(setup, attn, lora_r, prefix_tokens)
     rec = Recorder()
     blocks = {}
+    # ZeRO-3 under the HF Trainer: from_pretrained runs under zero.Init (transformers' is_deepspeed_zero3_enabled,
+    # HfDeepSpeedConfig), so each weight is made as its partition and initialize moves nothing (DeepSpeed's engine
+    # skips module.to(device) for a zero.Init model). At N = 1 a partition is the whole weight, and the replay keeps
+    # the order of the H200 runs it is checked against (the model built before TrainingArguments, rounds 3-12)
+    zero_init = setup.zero_stage == 3 and setup.launch == "trainer" and setup.world_size > 1
+    params = {id(p) for p in model.parameters()}
     for p in list(model.parameters()) + list(model.buffers()):
         if id(p) not in blocks:
-            blocks[id(p)] = rec.alloc(p.numel() * p.element_size())
+            blocks[id(p)] = (zero3_partition_block(setup, p, rec) if zero_init and id(p) in params
+                             else rec.alloc(p.numel() * p.element_size()))
     head, embed = model.get_output_embeddings(), model.get_input_embeddings()
     if head is not None and embed is not None and head.weight is embed.weight:
         # tied: the output projection's own weight, made by its nn.Linear, is freed when tie_weights() shares it
@@ -495,11 +502,26 @@ def run_program(setup, attn: str | None = None, steps: int = 3, lora_r: int = 8,
                        recorder=rec, between_steps=between, grad_hook=grad_hook)
 
 
+def zero3_partition_block(setup, p, rec: Recorder):
+    """The block of ``p`` made under ``zero.Init`` (``partition_parameters.py`` ``_partition_param``): its partition of
+    ceil(numel/N) elements on the GPU, none under parameter offload for a parameter above the persistence threshold
+    (its partition is on the host); a persistent one is also gathered whole at N > 1. The key, or None."""
+    from dsdoctor.checks import zero3_program as z3
+
+    persistent = p.numel() <= z3.PERSISTENCE_THRESHOLD
+    if setup.offload_param != "none" and not persistent:
+        return None
+    key = rec.alloc(p.element_size() * z3._ceil(p.numel(), setup.world_size))
+    if persistent and setup.world_size > 1:
+        rec.alloc(p.element_size() * p.numel())
+    return key
+
+
 def _run_zero3(setup, model, rec: Recorder, blocks: dict, steps: int, loop: str) -> Recorder:
     """ZeRO-3's run (:mod:`dsdoctor.checks.zero3_program`) around the recorded steps."""
     from dsdoctor.checks import zero3_program as z3
 
-    state = z3.initialize(setup, model, rec, blocks)
+    state = z3.initialize(setup, model, rec, blocks, zero_init=setup.launch == "trainer" and setup.world_size > 1)
     gatherer, handles = None, []
     if setup.world_size > 1 or setup.offload_param != "none":
         gatherer = z3.Gatherer(rec, setup.world_size, setup.weight_bytes, setup.prefetch_bucket_size,

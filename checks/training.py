@@ -118,6 +118,17 @@ TRN612 = rule(
     fix="Smoke the config on the GPU machine it is for; here, a copy with \"fp16\": {\"enabled\": false} and "
         "\"bf16\": {\"enabled\": true} checks everything else.",
     source="deepspeed/accelerator/cpu_accelerator.py (supported dtypes: bf16, fp32)")
+TRN613 = rule(
+    "TRN613", "error", "gradient checkpointing over a frozen base with no input that requires grad",
+    what="LoRA or P-Tuning with gradient checkpointing, and the checkpointed blocks' input (the embedding output of "
+         "frozen weights) does not require grad.",
+    why="Reentrant checkpointing (torch.utils.checkpoint with use_reentrant=True, the default of older transformers) "
+        "returns outputs that need no grad, so the loss has no grad_fn and backward fails: 'element 0 of tensors does "
+        "not require grad and does not have a grad_fn'.",
+    fix="model.enable_input_require_grads() after gradient_checkpointing_enable() (dsdoctor's reference trainer does), "
+        "or gradient_checkpointing_kwargs={'use_reentrant': False}.",
+    source="transformers/modeling_utils.py enable_input_require_grads, gradient_checkpointing_enable; "
+           "torch/utils/checkpoint.py CheckpointFunction")
 
 # What DeepSpeed's own messages mean, for the fix of TRN607/TRN610 (seen on DeepSpeed 0.19.8, shared/FACTS.md).
 KNOWN_CAUSES: list[tuple[str, str]] = [

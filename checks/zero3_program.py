@@ -236,9 +236,12 @@ def install_gather_hooks(model, gatherer: Gatherer) -> list:
     return handles
 
 
-def initialize(setup, model, rec, blocks: dict) -> dict:
+def initialize(setup, model, rec, blocks: dict, zero_init: bool = False) -> dict:
     """The blocks ``deepspeed.initialize`` makes and frees at ZeRO-3 (module docstring), after the weights'
-    ``blocks`` (id(param) -> key). Returns the state the steps use: sub-group sizes, the bucket."""
+    ``blocks`` (id(param) -> key). ``zero_init``: the model was built under ``zero.Init`` (the HF Trainer's
+    from_pretrained), so its ``blocks`` are the partitions already (:func:`dsdoctor.checks.step_trace.
+    zero3_partition_block`), and nothing is partitioned here. Returns the state the steps use: sub-group sizes, the
+    bucket."""
     world, w = setup.world_size, setup.weight_bytes
     offload_param = setup.offload_param != "none"
     offload_opt = setup.offload_optimizer != "none"
@@ -251,6 +254,10 @@ def initialize(setup, model, rec, blocks: dict) -> dict:
     partitions: dict[int, int] = {}
     rec.mark("initialize")
     for p in params:  # _convert_to_zero_parameters -> _partition_param
+        if zero_init:
+            if blocks.get(id(p)) is not None:
+                partitions[id(p)] = blocks[id(p)]
+            continue
         persistent = p.numel() <= PERSISTENCE_THRESHOLD
         part = _ceil(p.numel(), world)
         if not offload_param or persistent:

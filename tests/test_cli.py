@@ -16,10 +16,10 @@ from dsdoctor.cli import cli
 DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116", "DS117", "DS118",
           "DS120", "DS121", "DS122", "DS123", "DS124", "DS125", "DS126", "DS127", "DS128", "DS129", "DS130",
           "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
-          "DS143", "DS144", "DS145", "DS199"]
-HF_IDS = [f"HF20{i}" for i in range(1, 9)]
-ALL_IDS = ([f"TRN6{i:02d}" for i in range(13)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM5{i:02d}" for i in range(13)]
-           + [f"ENV3{i:02d}" for i in range(30)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414"]
+          "DS143", "DS144", "DS145", "DS146", "DS199"]
+HF_IDS = [f"HF20{i}" for i in range(1, 10)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(14)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM5{i:02d}" for i in range(13)]
+           + [f"ENV3{i:02d}" for i in range(33)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414", "NET415"]
            + [f"LOG8{i:02d}" for i in range(11)]
            + DS_IDS + HF_IDS)
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}

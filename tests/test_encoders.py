@@ -11,9 +11,11 @@ def test_shipped_table_is_the_installed_transformers():
     pytest.importorskip("transformers")
     derived = encoders.derive()
     shipped = encoders.shipped()
-    assert shipped["transformers"] == derived["transformers"], (
-        "no encoder table for the installed transformers: python -m dsdoctor.models.encoders --write")
-    assert shipped["masked_lm"] == derived["masked_lm"]
+    # the table, not the version string: a transformers release that adds no encoder needs no new table (CI installs
+    # the newest release); one that adds or renames one fails here
+    assert shipped["masked_lm"] == derived["masked_lm"], (
+        f"the encoder table of transformers {shipped.get('transformers')} is not that of the installed "
+        f"{derived['transformers']}: python -m dsdoctor.models.encoders --write")
     assert shipped["masked_lm"]["bert"] == "BertForMaskedLM" and "qwen3" not in shipped["masked_lm"]
 
 

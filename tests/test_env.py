@@ -375,3 +375,34 @@ def test_unreachable_master(monkeypatch):
     monkeypatch.setattr(network.socket, "create_connection", refused)  # nothing listens yet: normal
     assert "NET410" not in ids({"network": net})
     assert "NET410" not in ids({"network": {**net, "MASTER_ADDR": "127.0.0.1"}})
+
+
+def test_nvcc_that_cannot_compile_for_the_gpu_or_the_arch_list(tmp_path):
+    """`nvcc fatal : Unsupported gpu architecture 'compute_90'` before launch (ENV330): a CUDA 11.7 nvcc lists
+    compute_35..compute_87, an H200 is 9.0; with TORCH_CUDA_ARCH_LIST the list's entries are what the build targets."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\nif [ \"$1\" = --list-gpu-arch ]; then printf 'compute_35\\ncompute_37\\ncompute_50\\n"
+                    "compute_52\\ncompute_53\\ncompute_60\\ncompute_61\\ncompute_62\\ncompute_70\\ncompute_72\\n"
+                    "compute_75\\ncompute_80\\ncompute_86\\ncompute_87\\n'; else echo 'Cuda compilation tools, release "
+                    "11.7, V11.7.99'; fi\n")
+    nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    probe = Probe(env={"PATH": str(tmp_path)}, which=lambda name: str(nvcc) if name == "nvcc" else None,
+                  nvml=lambda: None)
+    toolchain = collect(probe, sections=("toolchain",))["toolchain"]
+    assert toolchain["nvcc_archs"][0] == "3.5" and toolchain["nvcc_archs"][-1] == "8.7" and "8.6" in \
+        toolchain["nvcc_archs"]
+    versions = {"torch": "2.1.2+cu118", "torch_cuda": "11.8", "deepspeed": "0.12.6", "deepspeed_prebuilt_ops": []}
+    gpu = {"nvml": True, "driver": "550.54", "driver_cuda": "12.4", "gpus": [H200]}
+    found = {f.id: f for f in diagnose({"versions": versions, "toolchain": toolchain, "gpu": gpu})}
+    assert "ENV330" in found and "not 9.0 (the GPUs here)" in found["ENV330"].evidence
+    toolchain["TORCH_CUDA_ARCH_LIST"] = "8.0;8.6"  # the build targets the list, which this nvcc has
+    assert "ENV330" not in ids({"versions": versions, "toolchain": toolchain, "gpu": gpu})
+    toolchain["nvcc_archs"] = None  # an nvcc without --list-gpu-arch says nothing
+    toolchain["TORCH_CUDA_ARCH_LIST"] = None
+    assert "ENV330" not in ids({"versions": versions, "toolchain": toolchain, "gpu": gpu})
+
+
+def test_a_gpu_listed_twice_in_cuda_visible_devices():
+    gpu = {"nvml": True, "gpus": [H200, dict(H200, index=1)], "CUDA_VISIBLE_DEVICES": "0,1,1"}
+    found = {f.id: f for f in diagnose({"gpu": gpu})}
+    assert found["NET415"].evidence == "CUDA_VISIBLE_DEVICES=0,1,1: 1 listed twice"

@@ -894,3 +894,41 @@ def test_a_pydantic_block_lists_every_field_with_the_rule_check_gives():
     findings, _ = explain(v1)
     assert findings[0].id == "DS199"
     assert findings[0].evidence.endswith("reduce_bucket_size: value is not a valid integer [DS137]")
+
+
+KINDS_TB = "Traceback (most recent call last):\n  File \"/work/train.py\", line 9, in <module>\n    main()\n"
+
+
+@pytest.mark.parametrize("log,rule,evidence", [
+    (KINDS_TB + "deepspeed.ops.op_builder.builder.CUDAMismatchException: >- DeepSpeed Op Builder: Installed CUDA "
+     "version 12.1 does not match the version torch was compiled with 11.8, unable to compile cuda/cpp extensions "
+     "without a matching cuda version.\n", "ENV304", "Installed CUDA version 12.1"),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_90'\nninja: build stopped: subcommand failed.\n" + KINDS_TB
+     + "RuntimeError: Error building extension 'fused_adam'\n", "ENV330", "compute_90"),
+    (KINDS_TB + "RuntimeError: Ninja is required to load C++ extensions\n", "ENV306", "Ninja is required"),
+    # the WARN is the cause, NCCL's "unhandled system error" its consequence
+    ("node1:123:456 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n"
+     "node1:123:456 [0] NCCL INFO include/shm.h:41 -> 2\n" + KINDS_TB + "torch.distributed.DistBackendError: NCCL "
+     "error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, unhandled system error (run with "
+     "NCCL_DEBUG=INFO for details), NCCL version 2.18.1\n", "ENV312", "posix_fallocate failed"),
+    ("node1:1:2 [1] init.cc:735 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000\n"
+     + KINDS_TB + "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+     "ProcessGroupNCCL.cpp:1691, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\n",
+     "NET415", "Duplicate GPU detected"),
+    (KINDS_TB + "AttributeError: 'DeepSpeedZeRoOffload' object has no attribute "
+     "'set_gradient_accumulation_boundary'\n", "DS120", "DeepSpeedZeRoOffload"),
+    (KINDS_TB + "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn\n", "TRN613",
+     "element 0"),
+    ("usage: train.py [-h] [--model MODEL]\ntrain.py: error: unrecognized arguments: --local_rank=0\n", "ENV331",
+     "--local_rank=0"),
+    (KINDS_TB + "ValueError: DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a "
+     "`device_map`.\n", "HF209", "Zero-3"),
+    (KINDS_TB + "ValueError: The checkpoint being loaded used a DP world size of 8 but the current world size is 4. "
+     "Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not currently supported.\n",
+     "DS146", "DP world size of 8"),
+    (KINDS_TB + "FileNotFoundError: [Errno 2] No such file or directory: '/home/user/.cache/huggingface/modules/"
+     "transformers_modules/chatglm3-6b/modeling_chatglm.py'\n", "ENV332", "transformers_modules"),
+])
+def test_issue_14_kinds_are_named_with_the_rule_that_catches_them(log, rule, evidence):
+    findings, _ = explain(log)
+    assert findings[0].id == rule and findings[0].severity == "error" and evidence in findings[0].evidence

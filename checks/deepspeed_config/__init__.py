@@ -32,7 +32,7 @@ from .precision import check_precision, precision_of
 from .result import CheckContext, CheckResult
 from .rules import (DS101, DS102, DS103, DS104, DS105, DS106, DS110, DS111, DS112, DS113, DS114, DS116, DS117, DS118,
                     DS120, DS121, DS122, DS123, DS124, DS125, DS126, DS127, DS128, DS129, DS130, DS131, DS132,
-                    DS133, DS134, DS135, DS136, DS137, DS138, DS139, DS140, DS141, DS142, DS143, DS144, DS145, DS199)
+                    DS133, DS134, DS135, DS136, DS137, DS138, DS139, DS140, DS141, DS142, DS143, DS144, DS145, DS146, DS199)
 from .scheduler import check_scheduler
 from .schema import SCHEMA_DIR, installed_version, load_schema
 from .values import (BATCH_KEYS, EXTRA_TOP_LEVEL, MISSING, as_bool, auto_paths, delete_path, get_path, is_auto,
@@ -50,5 +50,5 @@ __all__ = [
     "DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111", "DS112", "DS113", "DS114", "DS116",
     "DS117", "DS118", "DS120", "DS121", "DS122", "DS123", "DS124", "DS125", "DS126", "DS127", "DS128", "DS129",
     "DS130", "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141",
-    "DS142", "DS143", "DS144", "DS145", "DS199",
+    "DS142", "DS143", "DS144", "DS145", "DS146", "DS199",
 ]

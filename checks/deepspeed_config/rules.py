@@ -338,6 +338,15 @@ DS145 = rule(
     fix='Remove prescale_gradients (or write false without quotes) and gradient_predivide_factor, or set '
         '"reduce_scatter": false in zero_optimization.',
     source="deepspeed/runtime/zero/stage_1_and_2.py and stage3.py __init__")
+DS146 = rule(
+    "DS146", "error", "a ZeRO checkpoint resumed on another world size",
+    what="The run loads a ZeRO checkpoint whose optimizer states were partitioned over another number of ranks.",
+    why="Each rank reads its own partition file (zero_pp_rank_R_mp_rank_00_optim_states.pt): with more ranks the "
+        "files are missing, with fewer the partitions do not fit; DeepSpeed refuses ('The checkpoint being loaded used "
+        "a DP world size of N but the current world size is M') or fails to find a file.",
+    fix="Resume on the world size the checkpoint was saved with, or convert it first: zero_to_fp32.py (weights only), "
+        "or DeepSpeed's universal checkpoint (ds_to_universal.py, then \"load_universal_checkpoint\": true).",
+    source="deepspeed/runtime/engine.py _load_zero_checkpoint; deepspeed/checkpoint/ds_to_universal.py")
 DS199 = rule(
     "DS199", "error", "DeepSpeed's own config parser (--deep)",
     what="With --deep, DeepSpeed's DeepSpeedConfig is built from the file: this is what it raised, or that it "

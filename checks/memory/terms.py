@@ -436,6 +436,12 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
                      "activations": (activations if setup.grad_ckpt else 0) + 4 * hidden},
         "step": {**base, "gradients": base["gradients"] + grads_live, "optimizer_step": states["step_extra"]},
     }
+    if setup.zero_stage == 3 and setup.world_size > 1 and setup.launch != "trainer":
+        # deepspeed.initialize of a model built without zero.Init (the engine loops' from_pretrained): the engine moves
+        # the whole module to the GPU (engine.py _configure_distributed_model, module.to(device)) before ZeRO-3
+        # partitions it, so every GPU holds all 16-bit weights once; the Trainer's from_pretrained runs under zero.Init
+        # (is_zero_init_model: nothing is moved)
+        moments = {"initialize": {"weights": setup.weight_bytes * setup.total_params}, **moments}
     phases = {name: sum(parts.values()) for name, parts in moments.items()}
     peak_phase = max(phases, key=phases.get)
     allocated = phases[peak_phase]
@@ -451,7 +457,8 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     offload_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus
     # each rank loads the whole model on the CPU before deepspeed.initialize; under ZeRO-3 the HF Trainer creates
     # it inside deepspeed.zero.Init, which partitions while loading: about one copy per node
-    load_node = setup.weight_bytes * setup.total_params * (1 if setup.zero_stage == 3 else setup.gpus)
+    zero_init = setup.zero_stage == 3 and setup.launch == "trainer"
+    load_node = setup.weight_bytes * setup.total_params * (1 if zero_init else setup.gpus)
     host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
             "offload_per_node": offload_node, "model_load_per_node": load_node,
             "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + load_node}

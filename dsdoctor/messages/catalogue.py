@@ -5,7 +5,8 @@ which file and function, in which of its versions.
 A line is matched against a template by the template's longest literal piece (a substring test), then by the whole
 template as a regular expression (each placeholder a bounded ``.{0,300}?``); among the templates that match, the one
 with the most literal text wins, a whole match before a partial one (the line holds only the longest piece: a message
-cut by the log's wrapping, or one whose other pieces are printed on other lines).
+whose other pieces are printed on other lines). A line that ends inside the longest piece, with at least
+:data:`MIN_PREFIX` of its characters, counts as whole: the message cut, or another version's shorter wording.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ NAMES = {"transformers": "transformers", "peft": "peft", "accelerate": "accelera
          "torch": "PyTorch", "nccl": "NCCL"}
 #: a piece of fewer characters than this is no anchor (it is in too many lines)
 MIN_ANCHOR = 12
+#: a line that ends inside a template's longest piece matches it when it holds this many of its characters: an
+#: older or newer wording that ends earlier ("Ninja is required to load C++ extensions", without torch 2.x's "(pip
+#: install ninja to get it)"), or a message cut by the log
+MIN_PREFIX = 24
 HOLE_RE = ".{0,300}?"
 SPACES = re.compile(r"\s+")
 
@@ -77,9 +82,42 @@ def _contiguous(versions: tuple, all_versions: tuple) -> bool:
     return bool(idx) and idx == list(range(idx[0], idx[0] + len(idx)))
 
 
+#: Python code whose errors CPython itself raises: a library template made only of the words of one of these
+#: messages (peft's ``"'{}' object has no attribute '{}'"``, which mirrors the interpreter's) is no origin, since the
+#: interpreter prints the same for any object.
+BUILTIN_SNIPPETS = ("object().x", "None()", "1 + ''", "[][1]", "{}['k']", "1 / 0", "int('x')", "len(1)",
+                    "open('/nonexistent/dsdoctor')", "(lambda: 0)(1)", "(lambda a: 0)(b=1)", "None[0]", "1 < ''",
+                    "import dsdoctor_no_such_module", "iter(1)", "'%d' % 'x'", "float('x')", "[].pop()",
+                    "(1, 2)[5]", "__import__('os').mkdir('/')", "exec('x = ')", "next(iter([]))",
+                    "__import__('os').dsdoctor_no_such_name", "from os import dsdoctor_no_such_name",
+                    "(lambda: 0)(**{'a': 1})", "1 .bit_length(2)")
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_messages() -> tuple[str, ...]:
+    """The messages CPython raises for :data:`BUILTIN_SNIPPETS` (run here, in this interpreter)."""
+    import warnings
+
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "'NoneType' object is not callable; perhaps you missed a comma?"
+        for code in BUILTIN_SNIPPETS:
+            try:
+                exec(code, {})  # noqa: S102 - constant snippets of this module, each raising a builtin error
+            except BaseException as exc:  # noqa: BLE001 - the message is what is wanted, whatever the type
+                out.append(str(exc))
+    return tuple(out)
+
+
+def _generic(entry: Entry) -> bool:
+    pieces = [p.strip() for p in entry.parts if p is not None and len(p.strip()) > 3]
+    return any(all(piece in message for piece in pieces) for message in builtin_messages())
+
+
 @functools.lru_cache(maxsize=1)
 def entries() -> tuple[Entry, ...]:
-    """Every template of every shipped catalogue."""
+    """Every template of every shipped catalogue, but those that only repeat an interpreter's message
+    (:func:`builtin_messages`)."""
     out = []
     for package in PACKAGES:
         path = HERE / f"{package}.json"
@@ -90,7 +128,7 @@ def entries() -> tuple[Entry, ...]:
         for t in data["templates"]:
             out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
                              t.get("function", ""), tuple(t["versions"]), versions))
-    return tuple(e for e in out if len(e.anchor) >= MIN_ANCHOR)
+    return tuple(e for e in out if len(e.anchor) >= MIN_ANCHOR and not _generic(e))
 
 
 @dataclass(frozen=True)
@@ -120,12 +158,18 @@ def lookup(text: str) -> Found | None:
     index = _index()
     seen: set[int] = set()
     best: Found | None = None
-    for e in (e for i in range(len(line) - KEY + 1) for e in index.get(line[i:i + KEY], ())):
-        if id(e) in seen or e.anchor not in line:
+    tail = line.rstrip()
+    for i, e in ((i, e) for i in range(len(line) - KEY + 1) for e in index.get(line[i:i + KEY], ())):
+        if id(e) in seen:
+            continue
+        if e.anchor in line:
+            whole = e.regex.search(line) is not None
+            literal = sum(len(p) for p in e.parts if p is not None) if whole else len(e.anchor)
+        elif len(tail) - i >= MIN_PREFIX and e.anchor.startswith(tail[i:]):  # the line ends inside the message
+            whole, literal = True, len(tail) - i
+        else:
             continue
         seen.add(id(e))
-        whole = e.regex.search(line) is not None
-        literal = sum(len(p) for p in e.parts if p is not None) if whole else len(e.anchor)
         candidate = Found(e, whole, literal)
         if best is None or (candidate.whole, candidate.literal) > (best.whole, best.literal):
             best = candidate
