@@ -195,7 +195,8 @@ def cuda_kernels():
             # again in the backward
             ctx.mask_shape = mask_shape
             converted = torch.empty(mask_shape, dtype=q.dtype, device=q.device) if mask_shape else None
-            out = torch.empty_like(q)
+            # the output has the values' head size (DeepSeek-V2's MLA: queries and keys 192, values 128)
+            out = q.new_empty((*q.shape[:-1], v.shape[-1]))
             lse = torch.empty(q.shape[0], q.shape[1], q.shape[2], dtype=torch.float32, device=q.device)
             del converted
             ctx.save_for_backward(q, k, v, out, lse)

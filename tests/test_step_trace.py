@@ -103,6 +103,20 @@ def test_attention_is_replayed_as_the_flash_kernel_allocates_not_as_the_math_fal
     assert {name for _, name in rec.marks} >= {"initialize", "step1:forward", "step3:step"}
 
 
+def test_the_replayed_attention_output_has_the_values_head_size():
+    """DeepSeek-V2's MLA attends with 192-wide queries and keys and 128-wide values: SDPA's output is 128 wide, as
+    torch's own function gives (the replay once made it the queries' width, and o_proj refused it)."""
+    import torch
+
+    from dsdoctor.checks.step_trace import cuda_kernels
+
+    q, k, v = torch.randn(1, 2, 5, 192), torch.randn(1, 2, 5, 192), torch.randn(1, 2, 5, 128)
+    real = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with cuda_kernels():
+        replayed = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert replayed.shape == real.shape == (1, 2, 5, 128)
+
+
 def test_every_block_freed_was_allocated_and_the_step_is_steady():
     """The recording is consistent (a free only of a live block), and steps 2 and 3 allocate the same bytes."""
     from dsdoctor.checks.step_trace import replay, run_program
