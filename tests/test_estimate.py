@@ -831,6 +831,22 @@ def test_lora_on_a_model_type_peft_has_no_default_targets_for_is_a_finding():
     assert result["setup"]["lora_targets"] == ["q_proj", "v_proj"]
     assert "MEM510" not in ids("qwen1.5-moe-a2.7b", "--lora-targets", "q_proj,k_proj")[0]
     assert "MEM510" not in ids("qwen3-8b")[0]
+    # Gemma-3-12B is Gemma3ForConditionalGeneration: peft looks up its config's "gemma3", which has no default
+    # (its text config's "gemma3_text" has one); peft raised on the H200 (points-r13), Gemma-3-1B's gemma3_text trained
+    assert "'gemma3'" in ids("gemma-3-12b-pt")[0]["MEM510"]["evidence"]
+    assert "MEM510" not in ids("gemma-3-1b-pt")[0]
+
+
+def test_every_shipped_lora_default_is_peft_own_for_the_models_config():
+    """The default targets each shipped structure records are peft's table at the built model's own model_type
+    (what ``_prepare_adapter_config`` reads), never its text config's."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as table
+
+    from dsdoctor.models import structure
+
+    shipped = structure.shipped_structures()
+    assert {name: row["lora_default"] for name, row in shipped.items()} == {
+        name: list(table.get(row["model_type"], ())) for name, row in shipped.items()}
 
 
 def test_zero3_without_replay_says_how_far_the_formulas_were_off_held_out(runner):

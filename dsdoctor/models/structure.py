@@ -392,7 +392,10 @@ def describe(model, hf_config) -> dict:
         from peft.utils.constants import (
             TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as lora_table,
         )
-        lora_default = list(lora_table.get(model_type, lora_table.get(hf_config.model_type, ())))
+        # peft looks up the model's own config (``model.config.to_dict()["model_type"]``, tuners/lora/model.py
+        # ``_prepare_adapter_config``), not its text config: Gemma-3-12B's ``gemma3`` has no default although its
+        # ``gemma3_text`` has (peft raised on the H200, round 13)
+        lora_default = list(lora_table.get(model_type, ()))
     except ImportError:
         lora_default = []
     lora_per_rank = _lora_per_rank(model, layers, index)
