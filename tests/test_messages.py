@@ -116,3 +116,30 @@ def test_a_failure_nothing_can_name_is_never_a_clean_log():
     assert findings[0].id == "LOG810" and findings[0].severity == "error" and "FATAL" in findings[0].evidence
     findings, _ = explain("loading data\nstep 1 loss 2.0\n")
     assert findings[0].id == "LOG800"
+
+
+def test_a_message_held_in_a_variable_is_the_string_assigned_to_it(tmp_path):
+    """DeepSpeed's engine builds its ZeRO-Offload client-optimizer error in ``msg`` and raises ``msg``: the
+    template is that string (the last assigned in the function, ``+=`` appended, or a module constant)."""
+    pkg = tmp_path / "lib"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text(textwrap.dedent('''
+        ERR = "the module-level message about the broken optimizer"
+        def f(opt):
+            msg = f"You are using ZeRO-Offload with a client provided optimizer ({type(opt)}) which is slow"
+            raise RuntimeError(msg)
+        def g():
+            raise ValueError(ERR)
+        def h(x):
+            msg = "first part of the long message; "
+            msg += f"then {x} the second part"
+            logger.warning(msg)
+        def k(msg):
+            raise ValueError(msg)  # an argument: dynamic
+    '''))
+    found, dynamic, _ = mine_python(pkg, "lib")
+    assert [(t.function, t.parts) for t in found] == [
+        ("f", ["You are using ZeRO-Offload with a client provided optimizer (", HOLE, ") which is slow"]),
+        ("g", ["the module-level message about the broken optimizer"]),
+        ("h", ["first part of the long message; then ", HOLE, " the second part"])]
+    assert dynamic == 1

@@ -15,8 +15,9 @@ from dsdoctor.rules import Rule, catalogue
 
 from .context import localize, run_context
 from .lines import PROGRESS, Line, read_lines
+from .origin import catalogue_origin, describe_frame, frame_origin, library_warning
 from .precision import overflow_line, skipped_step, stuck
-from .rules import LOG800, LOG805, LOG807, LOG809, LOG810
+from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
                          SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
 
@@ -89,7 +90,8 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
                                                      "StopIteration" in text_line) and PYTHON_ERROR.match(stripped)
         if exception:
             in_traceback[line.rank] = False
-        if not needle and not exception:
+        wrapped = _unwrapped(lines, index) if len(text_line) >= WRAP_MIN else None
+        if not needle and not exception and wrapped is None:
             continue  # most lines of a log: one C-level search over every signature's needles
         known = False
         for signature in candidates(text_line) if needle else ():  # the signatures whose needles the line holds
@@ -100,11 +102,41 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             if signature.name == "nan-grad-norm" and overflowed and skipped_step(line):
                 continue  # the norm of a step the fp16 loss scaler skipped
             add(signature, line, found, index)
+        for text in wrapped if not known and wrapped else ():  # a message wrapped over two lines: matched as one
+            for signature in candidates(text):
+                found = signature.pattern.search(text)
+                if found is not None and found.start() < len(text_line) < found.end():  # it spans the wrap
+                    known = True
+                    add(signature, Line(line.number, line.rank, text, line.source), found, index)
+            if known:
+                break
         if exception and not known and not CASCADE.search(text_line):
             add(PYTHON_ERROR_SIGNATURE, line, exception, index)
         if len(matches) >= MAX_MATCHES:
             break
     return matches, lines
+
+
+#: a line shorter than this is no wrapped message's first part (terminals and editors wrap at 80 columns or more)
+WRAP_MIN = 60
+
+
+def _unwrapped(lines: list[Line], index: int) -> list[str] | None:
+    """``lines[index]`` and the next line of its rank joined, when a signature's needle starts in the first near its
+    end: joined as a terminal wraps (no space added) and as an editor wraps at a space (one added); the caller keeps
+    only matches that span the two. None otherwise."""
+    line = lines[index]
+    if index + 1 >= len(lines) or lines[index + 1].rank != line.rank:
+        return None
+    after = lines[index + 1].text
+    if not after or after[:1].isspace() or after.startswith(("Traceback", "File \"", "[")) or \
+            PYTHON_ERROR.match(after):
+        return None  # an indented line, a new block, a log line of its own or an exception: no continuation
+    text = line.text + after
+    found = NEEDLES.search(text, max(0, len(line.text) - 200))
+    if found is not None and found.start() < len(line.text):
+        return [text, line.text + " " + after]
+    return None
 
 
 #: A traceback's own lines after its exception line: its message continued (tab-indented, as state_dict's size
@@ -322,8 +354,9 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
     first, others = failures(matches, lines)
     if first is None:
-        result.update(first_failure=None, matches=[])
-        return [_unnamed(lines)], result
+        finding, origin = _unnamed(lines)
+        result.update(first_failure=None, matches=[], origin=origin)
+        return [finding], result
     if first.signature.name == "stopped":
         build = build_in_flight(lines, first.line_index)
         if build:
@@ -341,8 +374,14 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         evidence, fix, extra = _described(match, lines)
         target: Rule = rules[match.signature.rule_id]
         found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE else None
+        origin = None
         if found is not None:  # no rule names it, but the catalogue knows whose message it is
             target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
+            origin = catalogue_origin(found.entry)
+        elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
+            origin = frame_origin(lines, match.line_index, match.line.rank)
+        if match is first and origin is not None:
+            result["origin"] = origin
         if target.id in reported:
             continue
         reported.add(target.id)
@@ -381,7 +420,9 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
 #: NCCL's WARN, a fatal or FAILED line, a non-zero exit code.
 FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Error|Exception)\b:|\bNCCL WARN\b|"
                          r"\b(?:[Ff]atal|FATAL)\b|\bFAILED\b|\bERROR\b|[Ee]xit(?:ed|s)? (?:with )?(?:status|code|"
-                         r"return code)\s{0,3}=?\s{0,3}-?[1-9]")
+                         r"return code)\s{0,3}=?\s{0,3}-?[1-9]|"
+                         # a traceback's tail pasted alone: a frame, or the raise or assert it quotes
+                         r"^\s*File \"[^\"\n]{1,500}\", line \d{1,7}, in |(?:^|\s)raise [A-Z]\w{0,80}\(|^\s*assert\s")
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
 
@@ -395,25 +436,35 @@ def _catalogued(text: str):
     return found if found is not None and found.whole else None
 
 
-def _unnamed(lines: list[Line]) -> Finding:
+def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     """No signature matched: the first failure-looking line whose message the catalogue knows (LOG809, its origin), or
-    the failure-looking lines (LOG810, inconclusive), or LOG800 for a log that shows no failure or a run that
-    finished (:func:`finished`: a handled exception, one ignored at exit, a retried NCCL connection are no failure)."""
+    the failure-looking lines (LOG810, inconclusive, with the traceback's innermost frame where the log has one), or
+    a library's own warning in a log that shows no failure (LOG811), or LOG800 for a log that shows no failure or a
+    run that finished (:func:`finished`: a handled exception, one ignored at exit, a retried NCCL connection are no
+    failure). Also the origin (:mod:`.origin`) or None."""
     failing = [] if finished(lines, []) else [ln for ln in lines if FAILED_LINE.search(ln.text)
                                               and not CASCADE.search(ln.text)]
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         found = _catalogued(ln.text)
         if found is not None and found.entry.kind not in ("nccl-info",):
-            return LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}"))
+            return (LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}")),
+                    catalogue_origin(found.entry))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
-        return LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
-                                      f"dsdoctor can name; the last: {shown}"))
+        origin = frame_origin(lines)
+        return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
+                                       f"dsdoctor can name; the last: {shown}"
+                                       + (f"; {describe_frame(origin)}" if origin else ""))), origin)
+    warned = library_warning(lines)
+    if warned is not None:
+        ln, found = warned
+        return (LOG811.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}; no failure in "
+                                       f"{len(lines):,} lines")), catalogue_origin(found.entry))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
-                                  f"{shown}"))
+                                  f"{shown}")), None
 
 
 def _described(match: Match, lines: list[Line]) -> tuple[str, str, dict]:

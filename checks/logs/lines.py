@@ -41,6 +41,11 @@ class Line:
         return f"{self.source} line {self.number}" if self.source else f"line {self.number}"
 
 
+def where(line: Line) -> str:
+    """'rank R: ' for a line whose rank is known, else '' (the start of evidence)."""
+    return f"rank {line.rank}: " if line.rank is not None else ""
+
+
 def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | None = None,
                source: str | None = None) -> list[Line]:
     """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress

@@ -112,3 +112,27 @@ LOG810 = rule(
     fix="Give the whole log of every rank (`deepspeed --enable_each_rank_log DIR`, torchrun's --log-dir), with the "
         "lines before the first error.",
     source="dsdoctor explain")
+LOG811 = rule(
+    "LOG811", "warning", "a library's own warning, in a log that shows no failure",
+    what="The log shows no failure, but a line of it is a warning that DeepSpeed, transformers, peft, accelerate, "
+         "PyTorch, NCCL or a training tool (LLaMA-Factory, axolotl, ms-swift, TRL, OpenRLHF) prints from its own "
+         "source (dsdoctor's message catalogue), and no rule names it.",
+    why="A warning is where a run that 'worked' can go wrong without an error: the launcher dropping "
+        "CUDA_VISIBLE_DEVICES, a setting ignored, a fallback taken. The origin (package, file, function, versions) is "
+        "where its condition is.",
+    fix="Read the condition around the file and function in the evidence, in the version you run; if it is not what "
+        "you meant, change the setting it names.",
+    source="dsdoctor/messages (python -m dsdoctor.messages.generate)")
+LOG812 = rule(
+    "LOG812", "error", "a ZeRO-3 partitioned weight was used outside DeepSpeed's forward",
+    what="An op received a weight of shape [0]: under ZeRO-3 every partitioned parameter is an empty placeholder "
+         "until DeepSpeed's forward hooks gather it ('weight' must be 2-D from the embedding).",
+    why="The model ran outside the engine that gathers its weights: one plain process with a ZeRO-3 config (started "
+        "with python instead of deepspeed or torchrun, so the config's zero.Init partitioned but no engine wraps the "
+        "model), the model called before deepspeed.initialize, or generation and evaluation on the bare module.",
+    fix="Start every rank with the deepspeed launcher or torchrun (also on one GPU), call the model only through the "
+        "engine that deepspeed.initialize (or the Trainer) returns, and gather weights used outside forward with "
+        "deepspeed.zero.GatheredParameters; on one GPU, ZeRO-2 needs none of this.",
+    source="deepspeed/runtime/zero/partition_parameters.py (the placeholder: param.data = torch.empty(0)); "
+           "torch/nn/functional.py embedding")
+

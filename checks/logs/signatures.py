@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import imports, precision
-from .context import DS_SETTING, RunContext, localize, run_context
-from .lines import PROGRESS, Line, clock
+from .toolchain import arch as _arch, build as _build
+from .validation import describe as _validation
+from .context import RunContext, localize, run_context
+from .lines import PROGRESS, Line, clock, where
 
 #: the largest world size a log's number is taken as (a larger one is not used to list ranks)
 MAX_WORLD = 1 << 20
@@ -352,112 +354,11 @@ def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 def _where(match: Match) -> str:
     """'rank R: ' for a line whose rank is known, else ''."""
-    return f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    return where(match.line)
 
 
 def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
     return _where(match) + match.line.text.strip()[:300], ""
-
-
-#: a compiler's or ninja's error line
-COMPILER_ERROR = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|command not found|"
-                            r"unsupported gpu architecture", re.I)
-
-
-def _build(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """The op that failed to build and the compiler's first error line after it."""
-    op = match.groups.group("op")
-    error = ""
-    compiler = COMPILER_ERROR
-    for line in lines[match.line_index + 1:match.line_index + 200]:  # ninja's output follows the RuntimeError
-        text = line.text.strip()
-        if compiler.search(text) and not text.startswith(("Traceback", "subprocess.", "RuntimeError")):
-            error = text
-            break
-    return (f"building op '{op}' failed" + (f": {error[:240]}" if error else ""),
-            "`dsdoctor env --build-ops ds_config.json` builds the ops the config needs before launch and shows the "
-            "compiler's error; install the CUDA toolkit matching torch's CUDA (nvcc), gcc, ninja, or pre-build "
-            "(DS_BUILD_OPS=1 pip install deepspeed).")
-
-
-ARCH_LIST = re.compile(r"TORCH_CUDA_ARCH_LIST[=:\s\"']{1,8}([\w.;+ ]{1,100})")
-
-
-def _arch(match: Match, lines: list[Line]) -> tuple[str, str]:
-    listed = next((ARCH_LIST.search(line.text) for line in lines
-                   if "TORCH_CUDA_ARCH_LIST" in line.text), None)
-    value = listed.group(1).strip() if listed else None
-    return (f"{match.line.text.strip()[:200]}" + (f" (TORCH_CUDA_ARCH_LIST={value})" if value else ""),
-            "DeepSpeed's op builder cannot parse an arch suffix such as 9.0a: export TORCH_CUDA_ARCH_LIST=9.0 (the "
-            "GPUs' compute capabilities, digits only). `dsdoctor env` finds it before launch.")
-
-
-#: pydantic's error types (v2 ``[type=...]``, v1 ``(type=...)``) and the DS rule ``dsdoctor check`` gives for them
-#: (checks/deepspeed_config: keys.py, values.py, zero.py)
-PYDANTIC_RULES = (("extra_forbidden", "DS131"), ("extra", "DS131"), ("literal_error", "DS137"), ("_parsing", "DS137"),
-                  ("_from_float", "DS137"), ("_type", "DS137"), ("type_error", "DS137"), ("value_error", "DS137"),
-                  ("greater_than", "DS137"), ("less_than", "DS137"), ("missing", "DS137"))
-PYDANTIC_TYPE = re.compile(r"[\[(]type=(?P<type>[\w.]{1,60})(?:, input_value=(?P<value>.{0,200}?))?"
-                           r"(?:, input_type=(?P<itype>\w{1,40}))?[\])]")
-PYDANTIC_MORE = re.compile(r"^\s*For further information visit")
-#: fields listed at most
-MAX_FIELDS = 12
-
-
-def _pydantic_rule(kind: str, field: str, value: str | None) -> str:
-    if value is not None and value.strip("'\"") == "auto":
-        return "DS136"
-    if field.split(".")[-1] == "stage" and kind != "extra_forbidden":
-        return "DS140"
-    return next((rule for key, rule in PYDANTIC_RULES if key in kind), "DS199")
-
-
-def validation_errors(lines: list[Line], start: int) -> list[dict]:
-    """The fields of the pydantic block whose header is ``lines[start]`` (``N validation errors for X``): each
-    field's dotted name, its message, pydantic's error type, the value and its type where pydantic v2 prints them,
-    and the DS rule ``dsdoctor check`` gives for it. A field line is unindented (or its rank's text is); its message
-    is the next, indented line; pydantic v2's 'For further information' lines are skipped."""
-    rank = lines[start].rank
-    body = [ln.text for ln in lines[start + 1:start + 1 + 4 * MAX_FIELDS] if ln.rank == rank]
-    out: list[dict] = []
-    i = 0
-    while i < len(body) and len(out) < MAX_FIELDS:
-        text = body[i]
-        if PYDANTIC_MORE.match(text) or not text.strip():
-            i += 1
-            continue
-        if text[:1].isspace() or i + 1 >= len(body) or not body[i + 1][:1].isspace():
-            break  # not a field line followed by its message: the block ended
-        field, message = text.strip(), body[i + 1].strip()
-        m = PYDANTIC_TYPE.search(message)
-        kind, value, itype = (m.group("type"), m.group("value"), m.group("itype")) if m else ("", None, None)
-        out.append({"field": field[:120], "message": (message[:m.start()].strip() if m else message)[:200],
-                    "type": kind, "value": value, "input_type": itype, "rule": _pydantic_rule(kind, field, value)})
-        i += 2
-    return out
-
-
-def _validation(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """pydantic's header and every field of its block (:func:`validation_errors`), each with the rule ``check``
-    gives for it."""
-    where = _where(match)
-    text = match.line.text[match.groups.start():].strip()
-    fields = validation_errors(lines, match.line_index)
-    if not fields:
-        after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
-                 if ln.rank == match.line.rank][:2]
-        return where + text[:300] + ": " + " ".join(after)[:240], ""
-    shown = "; ".join(f"{f['field']}" + (f" = {f['value']}" if f["value"] is not None else "")
-                      + (f" ({f['input_type']})" if f["input_type"] else "") + f": {f['message']} [{f['rule']}]"
-                      for f in fields)
-    fixes = {"DS131": "remove or correct the misspelled keys (check's 'did you mean')",
-             "DS137": "give each value the type DeepSpeed's model declares (an integer, not a float such as the HF "
-                      "Trainer's filled-in 0.9 x hidden_size^2 for stage3_prefetch_bucket_size)",
-             "DS140": "a ZeRO stage of 0 to 3", "DS136": 'a value instead of "auto" outside the Trainer\'s fill-in',
-             "DS199": "correct each field as pydantic's message says"}
-    fix = "; ".join(dict.fromkeys(fixes[f["rule"]] for f in fields)) + ". `dsdoctor check ds_config.json` names " \
-        "every one before launch."
-    return where + text[:200] + ": " + shown[:900], fix[0].upper() + fix[1:]
 
 
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -635,6 +536,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"no kernel image is available for execution on the device", _first_line, "dsdoctor env"),
     _sig("op-build", "ENV324", "Error building extension",
          r"Error building extension '(?P<op>\w{1,100})'", _build, "dsdoctor env --build-ops ds_config.json"),
+    # the same build failure pasted without torch's RuntimeError: ninja's own lines, or its CalledProcessError
+    _sig("op-build-ninja", "ENV324", ("ninja: build stopped", "'ninja', '-v'", "FAILED: "),
+         r"ninja: build stopped: subcommand failed|Command '\['ninja', '-v'[^\]\n]{0,100}\]' returned non-zero exit|"
+         r"FAILED: (?:\S{0,300}/)?\w{1,100}\.(?:so|o|cuda\.o)\s{0,3}$", _build,
+         "dsdoctor env --build-ops ds_config.json"),
     _sig("bf16-unsupported", "DS111", "bf16",
          r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
          "dsdoctor check ds_config.json --gpu auto",
@@ -695,6 +601,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"zero stage \d requires an optimizer|'DeepSpeedZeRoOffload' object has no attribute "
          r"'(?:set_gradient_accumulation_boundary|backward|step|zero_grad)'", _first_line,
          "dsdoctor check ds_config.json --launch engine"),
+    _sig("offload-client-optimizer", "DS121", "ZeRO-Offload with a client provided optimizer",
+         r"You are using ZeRO-Offload with a client provided optimizer \((?P<opt>[^\n]{0,200}?)\)", _first_line,
+         "dsdoctor check ds_config.json --launch engine --client-optimizer"),
+    # ZeRO-3 keeps every partitioned weight as an empty placeholder (torch.Size([0])) outside the engine's forward
+    # hooks: F.embedding refuses it
+    _sig("zero3-placeholder", "LOG812", "must be 2-D",
+         r"'weight' must be 2-D", _first_line),
     _sig("no-grad-fn", "TRN613", "does not require grad and does not have a grad_fn",
          r"element 0 of tensors does not require grad and does not have a grad_fn", _first_line,
          "dsdoctor smoke --model PATH --method lora",
@@ -761,10 +674,11 @@ PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
 
 
 def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:
-    where = _where(match)
-    frame = next((ln.text.strip() for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
-                  if ln.rank == match.line.rank and ln.text.lstrip().startswith("File \"")), None)
-    return where + match.line.text.strip()[:240] + (f" (raised at {frame[:160]})" if frame else ""), ""
+    """The exception line, and where it was raised: the innermost frame of its traceback (:mod:`.origin`)."""
+    from .origin import describe_frame, frame_origin
+
+    frame = frame_origin(lines, match.line_index, match.line.rank)
+    return _where(match) + match.line.text.strip()[:240] + (f"; {describe_frame(frame)}" if frame else ""), ""
 
 
 PYTHON_ERROR_SIGNATURE = Signature("python-error", "LOG805", (), PYTHON_ERROR, _python_error)

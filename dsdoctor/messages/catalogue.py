@@ -19,10 +19,12 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 #: the packages whose catalogues ship, in the order a tie is broken (the library nearest the user's code first)
-PACKAGES = ("transformers", "peft", "accelerate", "deepspeed", "torch", "nccl")
+PACKAGES = ("llamafactory", "axolotl", "swift", "trl", "openrlhf", "transformers", "peft", "accelerate", "deepspeed",
+            "torch", "nccl")
 #: display names
 NAMES = {"transformers": "transformers", "peft": "peft", "accelerate": "accelerate", "deepspeed": "DeepSpeed",
-         "torch": "PyTorch", "nccl": "NCCL"}
+         "torch": "PyTorch", "nccl": "NCCL", "llamafactory": "LLaMA-Factory", "axolotl": "axolotl",
+         "swift": "ms-swift", "trl": "TRL", "openrlhf": "OpenRLHF"}
 #: a piece of fewer characters than this is no anchor (it is in too many lines)
 MIN_ANCHOR = 12
 #: a line that ends inside a template's longest piece matches it when it holds this many of its characters: an

@@ -41,6 +41,18 @@ SCOPE = {
     "torch": ("distributed/", "utils/cpp_extension.py", "cuda/__init__.py", "cuda/memory.py",
               "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py"),
 }
+#: The training tools our users launch DeepSpeed through (the brief: LLaMA-Factory, axolotl; ms-swift, TRL and
+#: OpenRLHF in their threads), mined from a downloaded wheel (``pip download --no-deps llamafactory``; not installed,
+#: not a dependency), so that their own refusals ("DeepSpeed ZeRO-3 or FSDP is incompatible with PTQ-quantized
+#: models.") are named by their origin too. Only the parts that configure and run training.
+TOOLS = {
+    "llamafactory": ("",),
+    "swift": ("arguments/", "cli/", "trainers/", "rlhf_trainers/", "tuners/", "model/", "utils/", "dataset/",
+              "template/", "megatron/", "sequence_parallel/", "loss/", "optimizers/"),
+    "trl": ("",),
+    "openrlhf": ("",),
+    "axolotl": ("",),
+}
 
 
 def _version_key(version: str):
@@ -56,7 +68,7 @@ def mine_source(package: str, root: Path) -> tuple[list[Template], int, int]:
     """(templates, dynamic, files) of ``package`` at ``root`` (see the module docstring)."""
     if package == "nccl":
         return mine_nccl(root)
-    only = SCOPE[package]
+    only = {**SCOPE, **TOOLS}[package]
     templates, dynamic, files = mine_python(root, package, () if only == ("",) else only)
     builder = root / "ops" / "op_builder"
     top = root.parent / "op_builder"
@@ -130,8 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     for spec in args.source:
         package, _, rest = spec.partition("=")
         where, _, version = rest.rpartition("@")
-        if package not in SCOPE or not where or not version:
-            parser.error(f"--source {spec!r}: give PKG=DIR@VERSION with PKG one of {', '.join(SCOPE)}")
+        if package not in {**SCOPE, **TOOLS} or not where or not version:
+            parser.error(f"--source {spec!r}: give PKG=DIR@VERSION with PKG one of {', '.join({**SCOPE, **TOOLS})}")
         jobs.append((package, Path(where), version))
     for spec in args.nccl:
         where, _, version = spec.rpartition("@")

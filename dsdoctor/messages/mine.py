@@ -27,8 +27,10 @@ MIN_LITERAL = 12
 #: failures (DeepSpeed's ``log_dist`` / ``print_rank_0`` likewise).
 LOG_METHODS = {"error": "log", "warning": "log", "warn": "warn", "critical": "log", "exception": "log", "fatal": "log",
                "warning_once": "log", "warning_advice": "log", "error_once": "log"}
-#: A ``print`` is kept only when its literal text says it reports a failure.
-PRINT_WORDS = re.compile(r"\b(?:error|fail|failed|cannot|can't|unable|invalid|not supported|warning)\b", re.I)
+#: A ``print`` is kept only when its literal text says it reports a failure, or a setting ignored (DeepSpeed's launcher
+#: "Detected VISIBLE_DEVICES=... but ignoring it because ...").
+PRINT_WORDS = re.compile(r"\b(?:error|fail|failed|cannot|can't|unable|invalid|not supported|warning|ignor(?:e|es|ed|ing))\b",
+                         re.I)
 #: printf conversions (C and Python ``%``-formatting): flags, width, precision, length, conversion
 PRINTF = re.compile(r"%(?:\([^)]{0,40}\))?[-+ #0]{0,4}(?:\d{1,3}|\*)?(?:\.(?:\d{1,3}|\*))?(?:hh|h|ll|l|z|j|t|L|q)?"
                     r"[diouxXeEfFgGcrsap]|%%")
@@ -139,14 +141,41 @@ def _name(node: ast.AST) -> str:
 
 
 class _Visitor(ast.NodeVisitor):
+    """Templates of one file. A message held in a variable (``msg = f"..."; raise ZeRORuntimeException(msg)``, as
+    DeepSpeed's engine writes its ZeRO-Offload client-optimizer error) is the string last assigned to that name
+    before the call, in the enclosing function or at module level (``+=`` appends)."""
+
     def __init__(self, package: str, file: str):
         self.package, self.file = package, file
         self.scope: list[str] = []
         self.found: list[Template] = []
         self.dynamic = 0
+        self.strings: list[dict[str, list]] = [{}]  # per scope: name -> parts of the string last assigned to it
+
+    def _resolved(self, message: ast.AST | None) -> ast.AST | list | None:
+        if isinstance(message, ast.Name):
+            for scope in reversed(self.strings):
+                if message.id in scope:
+                    return scope[message.id]
+        return message
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            parts = message_parts(node.value)
+            if any(p is not HOLE for p in parts):
+                self.strings[-1][node.targets[0].id] = parts
+            else:
+                self.strings[-1].pop(node.targets[0].id, None)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if isinstance(node.target, ast.Name) and isinstance(node.op, ast.Add) and node.target.id in self.strings[-1]:
+            self.strings[-1][node.target.id] = self.strings[-1][node.target.id] + message_parts(node.value)
+        self.generic_visit(node)
 
     def _keep(self, kind: str, node: ast.AST, message: ast.AST | None, exception: str = "") -> None:
-        parts = normalise(message_parts(message))
+        message = self._resolved(message)
+        parts = normalise(message if isinstance(message, list) else message_parts(message))
         t = Template(self.package, kind, parts, self.file, getattr(node, "lineno", 0), ".".join(self.scope),
                      exception)
         if t.literal_chars < MIN_LITERAL:
@@ -156,7 +185,9 @@ class _Visitor(ast.NodeVisitor):
 
     def _scoped(self, node) -> None:
         self.scope.append(node.name)
+        self.strings.append({})
         self.generic_visit(node)
+        self.strings.pop()
         self.scope.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
@@ -181,7 +212,8 @@ class _Visitor(ast.NodeVisitor):
             self._keep(LOG_METHODS[func.attr], node, node.args[0],
                        _name(node.args[1]) if func.attr == "warn" and len(node.args) > 1 else "")
         elif isinstance(func, ast.Name) and func.id == "print" and node.args:
-            parts = normalise(message_parts(node.args[0]))
+            message = self._resolved(node.args[0])
+            parts = normalise(message if isinstance(message, list) else message_parts(message))
             if any(p is not HOLE and PRINT_WORDS.search(p) for p in parts):
                 self._keep("print", node, node.args[0])
         self.generic_visit(node)

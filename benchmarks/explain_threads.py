@@ -1,0 +1,115 @@
+"""Issue 14's score: `dsdoctor explain` on real logs from public threads (cases/threads/*/log.txt, as the reporters
+pasted them), against the cause each thread established (meta.json's ``expected``: the rule whose meaning is that
+cause, and where the decisive message was raised).
+
+    python benchmarks/explain_threads.py > benchmarks/results/explain-threads.md
+
+A case is **right** when explain's first finding is one of the expected rules (and its evidence holds the expected
+text, where one is given), or when the origin explain reports (``result.origin``: the message catalogue's template, or
+the traceback's innermost frame) is the expected package (and file, where given). **Wrong rule**: the first finding
+is a rule that names a cause (not LOG800/LOG805/LOG809/LOG810/LOG811) and not an expected one. **Exit 0 on a
+failure**: explain exited 0 where the thread shows a failure (every case but those whose ``expected.exit_code`` is 0).
+
+Splits (meta.json ``split``, by thread): ``tuning``, the threads the recogniser was written against; ``held-out``, the
+threads collected by others and scored before any change made for them (each case's ``seen`` says when that did not
+hold).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: the rules that name no cause: nothing found, an unnamed Python error, a library's own message or warning, an
+#: inconclusive failure
+UNNAMED = {"LOG800", "LOG805", "LOG809", "LOG810", "LOG811"}
+
+
+def rules_of(expected: dict) -> list[str]:
+    rule = expected.get("rule")
+    return [] if rule is None else [rule] if isinstance(rule, str) else list(rule)
+
+
+def origin_right(expected: dict, origin: dict | None) -> bool:
+    want = expected.get("origin") or {}
+    if not want or not origin or not want.get("package"):
+        return False
+    package = str(want["package"]).lower().replace("-", "").replace("ms_swift", "swift").replace("mswift", "swift")
+    if package.replace("_", "") != str(origin.get("package") or "").lower().replace("_", ""):
+        return False
+    file = want.get("file")
+    return not file or str(origin.get("file") or "").endswith(str(file).split(" ")[0])
+
+
+def score(case: Path) -> dict:
+    """Explain's answer on one case, judged."""
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    meta = json.loads((case / "meta.json").read_text())
+    expected = meta.get("expected") or {}
+    start = time.perf_counter()
+    out = CliRunner().invoke(cli, ["explain", "--format", "json", str(case / "log.txt")])
+    seconds = time.perf_counter() - start
+    try:
+        data = json.loads(out.output)
+    except ValueError:
+        return {"case": case.name, "split": meta.get("split", "held-out"), "error": out.output[-300:], "right": False,
+                "wrong_rule": False, "exit0": False, "first": None, "code": out.exit_code}
+    first = data["findings"][0] if data["findings"] else {}
+    origin = data["result"].get("origin")
+    rules = rules_of(expected)
+    by_rule = first.get("id") in rules and (not expected.get("evidence")
+                                            or expected["evidence"] in first.get("evidence", ""))
+    by_origin = origin_right(expected, origin)
+    failure = expected.get("exit_code", 1) != 0
+    return {"case": case.name, "split": meta.get("split", "held-out"), "url": meta.get("url"),
+            "expected": ", ".join(rules) or "-", "expected_origin": (expected.get("origin") or {}).get("package"),
+            "first": first.get("id"), "origin": origin and f"{origin.get('package')}/{origin.get('file')}",
+            "right": bool(by_rule or by_origin), "how": "rule" if by_rule else "origin" if by_origin else "",
+            "wrong_rule": first.get("id") not in UNNAMED and first.get("id") not in rules,
+            "exit0": failure and out.exit_code == 0, "code": out.exit_code, "seconds": seconds,
+            "seen": meta.get("seen")}
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--split", choices=("tuning", "held-out"), help="score one split only")
+    args = parser.parse_args()
+    cases = sorted(p for p in (ROOT / "cases" / "threads").iterdir() if (p / "meta.json").exists())
+    if args.split:
+        cases = [c for c in cases if json.loads((c / "meta.json").read_text()).get("split", "held-out") == args.split]
+    rows = [score(c) for c in cases]
+    print("# python benchmarks/explain_threads.py")
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {len(rows)} threads\n")
+    print("| case | split | expected rule | expected origin | explain's first finding | origin reported | right | "
+          "exit |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['split']} | {r.get('expected', '')} | {r.get('expected_origin') or '-'} | "
+              f"{r['first']} | {r.get('origin') or '-'} | {'yes (' + r['how'] + ')' if r['right'] else 'no'}"
+              f"{' WRONG RULE' if r['wrong_rule'] else ''} | {r['code']}{' (failure, exit 0)' if r['exit0'] else ''}"
+              f" |")
+    print()
+    for split in ("tuning", "held-out"):
+        part = [r for r in rows if r["split"] == split]
+        if not part:
+            continue
+        right = sum(r["right"] for r in part)
+        print(f"{split}: {right}/{len(part)} right ({100 * right / len(part):.0f}%), "
+              f"{sum(r['wrong_rule'] for r in part)} with a wrong rule, "
+              f"{sum(r['exit0'] for r in part)} failures answered with exit 0; "
+              f"median {statistics.median(r.get('seconds', 0) for r in part) * 1000:.0f} ms a log in-process")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""pydantic's validation blocks (``N validation errors for DeepSpeedZeroConfig``): every field, its value and
+message, each with the DS rule ``dsdoctor check`` gives for it (DS199 and the rules of its fields). A describer of
+:mod:`.signatures`."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .lines import Line, where
+
+if TYPE_CHECKING:
+    from .signatures import Match
+
+
+#: pydantic's error types (v2 ``[type=...]``, v1 ``(type=...)``) and the DS rule ``dsdoctor check`` gives for them
+#: (checks/deepspeed_config: keys.py, values.py, zero.py)
+PYDANTIC_RULES = (("extra_forbidden", "DS131"), ("extra", "DS131"), ("literal_error", "DS137"), ("_parsing", "DS137"),
+                  ("_from_float", "DS137"), ("_type", "DS137"), ("type_error", "DS137"), ("value_error", "DS137"),
+                  ("greater_than", "DS137"), ("less_than", "DS137"), ("missing", "DS137"))
+PYDANTIC_TYPE = re.compile(r"[\[(]type=(?P<type>[\w.]{1,60})(?:, input_value=(?P<value>.{0,200}?))?"
+                           r"(?:, input_type=(?P<itype>\w{1,40}))?[\])]")
+PYDANTIC_MORE = re.compile(r"^\s*For further information visit")
+#: fields listed at most
+MAX_FIELDS = 12
+
+
+def _pydantic_rule(kind: str, field: str, value: str | None) -> str:
+    if value is not None and value.strip("'\"") == "auto":
+        return "DS136"
+    if field.split(".")[-1] == "stage" and kind != "extra_forbidden":
+        return "DS140"
+    return next((rule for key, rule in PYDANTIC_RULES if key in kind), "DS199")
+
+
+def validation_errors(lines: list[Line], start: int) -> list[dict]:
+    """The fields of the pydantic block whose header is ``lines[start]`` (``N validation errors for X``): each
+    field's dotted name, its message, pydantic's error type, the value and its type where pydantic v2 prints them,
+    and the DS rule ``dsdoctor check`` gives for it. A field line is unindented (or its rank's text is); its message
+    is the next, indented line; pydantic v2's 'For further information' lines are skipped."""
+    rank = lines[start].rank
+    body = [ln.text for ln in lines[start + 1:start + 1 + 4 * MAX_FIELDS] if ln.rank == rank]
+    out: list[dict] = []
+    i = 0
+    while i < len(body) and len(out) < MAX_FIELDS:
+        text = body[i]
+        if PYDANTIC_MORE.match(text) or not text.strip():
+            i += 1
+            continue
+        if text[:1].isspace() or i + 1 >= len(body) or not body[i + 1][:1].isspace():
+            break  # not a field line followed by its message: the block ended
+        field, message = text.strip(), body[i + 1].strip()
+        m = PYDANTIC_TYPE.search(message)
+        kind, value, itype = (m.group("type"), m.group("value"), m.group("itype")) if m else ("", None, None)
+        out.append({"field": field[:120], "message": (message[:m.start()].strip() if m else message)[:200],
+                    "type": kind, "value": value, "input_type": itype, "rule": _pydantic_rule(kind, field, value)})
+        i += 2
+    return out
+
+
+def describe(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """pydantic's header and every field of its block (:func:`validation_errors`), each with the rule ``check``
+    gives for it."""
+    where_ = where(match.line)
+    text = match.line.text[match.groups.start():].strip()
+    fields = validation_errors(lines, match.line_index)
+    if not fields:
+        after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
+                 if ln.rank == match.line.rank][:2]
+        return where_ + text[:300] + ": " + " ".join(after)[:240], ""
+    shown = "; ".join(f"{f['field']}" + (f" = {f['value']}" if f["value"] is not None else "")
+                      + (f" ({f['input_type']})" if f["input_type"] else "") + f": {f['message']} [{f['rule']}]"
+                      for f in fields)
+    fixes = {"DS131": "remove or correct the misspelled keys (check's 'did you mean')",
+             "DS137": "give each value the type DeepSpeed's model declares (an integer, not a float such as the HF "
+                      "Trainer's filled-in 0.9 x hidden_size^2 for stage3_prefetch_bucket_size)",
+             "DS140": "a ZeRO stage of 0 to 3", "DS136": 'a value instead of "auto" outside the Trainer\'s fill-in',
+             "DS199": "correct each field as pydantic's message says"}
+    fix = "; ".join(dict.fromkeys(fixes[f["rule"]] for f in fields)) + ". `dsdoctor check ds_config.json` names " \
+        "every one before launch."
+    return where_ + text[:200] + ": " + shown[:900], fix[0].upper() + fix[1:]
