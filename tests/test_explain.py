@@ -1005,3 +1005,14 @@ def test_a_build_failure_pasted_without_torchs_runtime_error_names_the_op_and_th
     assert findings[0].id == "ENV324"
     assert findings[0].evidence == "line 3: building op 'cpu_adam' failed: /usr/bin/ld: cannot find -lcurand"
     assert "LIBRARY_PATH=$CUDA_HOME/lib64" in findings[0].fix
+
+
+def test_a_float_for_an_int_field_says_since_which_deepspeed_it_is_refused():
+    """DeepSpeed issue 6525 (cases/threads/a-01): the HF-filled 0.9 x hidden^2 is a float; DeepSpeed's config models
+    refuse it since they moved to pydantic 2, which the catalogue records per mined version (config_utils.py)."""
+    case = next(c for c in THREADS if c.name.startswith("a-01"))
+    findings, _ = explain((case / "log.txt").read_text())
+    assert findings[0].id == "DS199"
+    assert ("stage3_prefetch_bucket_size = 15099494.4 (float): Input should be a valid integer, got a number with a "
+            "fractional part [DS137] (DeepSpeed's config models take pydantic 2 in the versions mined 0.16.9, 0.19.8, "
+            "which refuses a float for an int; 0.9.5-0.14.4 used pydantic 1's API") in findings[0].evidence

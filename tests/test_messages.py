@@ -143,3 +143,17 @@ def test_a_message_held_in_a_variable_is_the_string_assigned_to_it(tmp_path):
         ("g", ["the module-level message about the broken optimizer"]),
         ("h", ["first part of the long message; then ", HOLE, " the second part"])]
     assert dynamic == 1
+
+
+def test_coverage_maps_templates_to_the_rules_of_explains_signatures():
+    """The coverage report (python -m dsdoctor.messages.coverage): DeepSpeed's batch assertion and ZeRO-Offload's
+    client-optimizer refusal, and NCCL's duplicate-GPU WARN, map to their rules; a message no signature knows to none."""
+    from dsdoctor.messages.coverage import coverage, rule_of
+
+    assert rule_of("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size 0 != 0 * 0 "
+                   "* 0") == "DS102"
+    assert rule_of("Duplicate GPU detected : rank 0 and rank 0 both on CUDA device 0") == "NET415"
+    assert rule_of("ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config") is None
+    table = coverage()
+    assert table["deepspeed"]["rules"]["DS121"] == 1 and table["nccl"]["rules"]["NET415"] == 1
+    assert all(row["mapped"] <= row["templates"] for row in table.values())

@@ -78,4 +78,26 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str]:
              "DS199": "correct each field as pydantic's message says"}
     fix = "; ".join(dict.fromkeys(fixes[f["rule"]] for f in fields)) + ". `dsdoctor check ds_config.json` names " \
         "every one before launch."
-    return where_ + text[:200] + ": " + shown[:900], fix[0].upper() + fix[1:]
+    since = _float_refused_since() if any(f["type"] == "int_from_float" for f in fields) else ""
+    return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:]
+
+
+def _float_refused_since() -> str:
+    """Where DeepSpeed's config models began refusing a float for an int field, from the versions its message
+    catalogue was mined from (``stats.<version>.config_pydantic``, :func:`dsdoctor.messages.generate.config_pydantic`):
+    pydantic 1's API truncated the float, pydantic 2 refuses it ("int_from_float")."""
+    import json
+
+    from dsdoctor.messages.catalogue import HERE
+
+    try:
+        stats = json.loads((HERE / "deepspeed.json").read_text())["stats"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    one = [v for v, s in stats.items() if s.get("config_pydantic") == 1]
+    two = [v for v, s in stats.items() if s.get("config_pydantic") == 2]
+    if not one or not two:
+        return ""
+    return (f" (DeepSpeed's config models take pydantic 2 in the versions mined {', '.join(two)}, which refuses a "
+            f"float for an int; {one[0]}-{one[-1]} used pydantic 1's API, which truncated it: the config worked "
+            f"with the older DeepSpeed)")

@@ -80,7 +80,18 @@ def mine_source(package: str, root: Path) -> tuple[list[Template], int, int]:
     return templates, dynamic, files
 
 
-def merge(package: str, version: str, templates: list[Template], dynamic: int, files: int) -> dict:
+def config_pydantic(package: str, root: Path) -> int | None:
+    """The pydantic API DeepSpeed's config models use in the source at ``root`` (``runtime/config_utils.py``): 2 where
+    it imports ``ConfigDict`` (pydantic 2's model config), else 1 (``deepspeed.pydantic_v1`` or pydantic < 2); None for
+    another package. A float for an int field is an error under 2 (``int_from_float``) and truncated under 1."""
+    path = root / "runtime" / "config_utils.py"
+    if package != "deepspeed" or not path.exists():
+        return None
+    return 2 if "ConfigDict" in path.read_text(encoding="utf-8", errors="replace") else 1
+
+
+def merge(package: str, version: str, templates: list[Template], dynamic: int, files: int,
+          extra: dict | None = None) -> dict:
     """The catalogue of ``package`` with ``version``'s ``templates`` added (or replacing that version's), written to
     ``<package>.json``; returns it."""
     path = HERE / f"{package}.json"
@@ -106,7 +117,7 @@ def merge(package: str, version: str, templates: list[Template], dynamic: int, f
             entry.update(file=t.file, line=t.line, function=t.function)
         entry["versions"] = sorted(set(entry["versions"]) | {version}, key=_version_key)
     data["versions"] = sorted(set(data["versions"]) | {version}, key=_version_key)
-    data["stats"][version] = {"files": files, "templates": len(seen), "dynamic_skipped": dynamic}
+    data["stats"][version] = {"files": files, "templates": len(seen), "dynamic_skipped": dynamic, **(extra or {})}
     data["stats"] = dict(sorted(data["stats"].items(), key=lambda kv: _version_key(kv[0])))
     data["templates"] = sorted(entries.values(), key=lambda e: (e["file"], e["line"], e["kind"]))
     data["generated_by"] = "python -m dsdoctor.messages.generate (dsdoctor/messages/mine.py)"
@@ -152,7 +163,8 @@ def main(argv: list[str] | None = None) -> None:
         if not root.is_dir():
             sys.exit(f"{root}: not a directory")
         templates, dynamic, files = mine_source(package, root)
-        data = merge(package, version, templates, dynamic, files)
+        api = config_pydantic(package, root)
+        data = merge(package, version, templates, dynamic, files, {"config_pydantic": api} if api else None)
         kinds = Counter(t.kind for t in templates)
         print(f"{package} {version}: {len(templates)} templates from {files} files ({dynamic} dynamic skipped; "
               f"{dict(kinds)}); catalogue now {len(data['templates'])} templates over {data['versions']}")
