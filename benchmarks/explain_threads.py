@@ -83,11 +83,13 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--split", choices=("tuning", "held-out"), help="score one split only")
+    parser.add_argument("--split", choices=("tuning", "held-out", "held-out-2"),
+                        help="score one split only (by default tuning and held-out: a later batch is scored only when "
+                             "asked, once, so that nothing is tuned on it before)")
     args = parser.parse_args()
     cases = sorted(p for p in (ROOT / "cases" / "threads").iterdir() if (p / "meta.json").exists())
-    if args.split:
-        cases = [c for c in cases if json.loads((c / "meta.json").read_text()).get("split", "held-out") == args.split]
+    wanted = (args.split,) if args.split else ("tuning", "held-out")
+    cases = [c for c in cases if json.loads((c / "meta.json").read_text()).get("split", "held-out") in wanted]
     rows = [score(c) for c in cases]
     print("# python benchmarks/explain_threads.py")
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {len(rows)} threads\n")
@@ -100,7 +102,7 @@ def main() -> None:
               f"{' WRONG RULE' if r['wrong_rule'] else ''} | {r['code']}{' (failure, exit 0)' if r['exit0'] else ''}"
               f" |")
     print()
-    for split in ("tuning", "held-out"):
+    for split in ("tuning", "held-out", "held-out-2"):
         part = [r for r in rows if r["split"] == split]
         if not part:
             continue

@@ -894,7 +894,7 @@ def test_a_pydantic_block_lists_every_field_with_the_rule_check_gives():
     v1 = ("pydantic.error_wrappers.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
           "reduce_bucket_size\n  value is not a valid integer (type=type_error.integer)\n")
     findings, _ = explain(v1)
-    assert findings[0].id == "DS199"
+    assert findings[0].id == "DS137"  # its one field's rule: a value of the wrong type
     assert findings[0].evidence.endswith("reduce_bucket_size: value is not a valid integer [DS137]")
 
 
@@ -959,8 +959,10 @@ def test_a_real_thread_of_the_tuning_split_is_named(case):
 
 
 @pytest.mark.parametrize("case", [c for c in THREADS if json.loads((c / "meta.json").read_text()).get("split")
-                                  == "tuning"], ids=lambda c: c.name[:4])
+                                  in ("tuning", "held-out")], ids=lambda c: c.name[:4])
 def test_no_real_thread_with_a_failure_is_answered_exit_0(case):
+    """The threads scored already (a later batch, held-out-2, is scored once by benchmarks/explain_threads.py before it
+    joins this test)."""
     r = _thread_score(case)
     assert not r["exit0"], r
 
@@ -1012,7 +1014,7 @@ def test_a_float_for_an_int_field_says_since_which_deepspeed_it_is_refused():
     refuse it since they moved to pydantic 2, which the catalogue records per mined version (config_utils.py)."""
     case = next(c for c in THREADS if c.name.startswith("a-01"))
     findings, _ = explain((case / "log.txt").read_text())
-    assert findings[0].id == "DS199"
+    assert findings[0].id == "DS137"
     assert ("stage3_prefetch_bucket_size = 15099494.4 (float): Input should be a valid integer, got a number with a "
             "fractional part [DS137] (DeepSpeed's config models take pydantic 2 in the versions mined 0.16.9, 0.19.8, "
             "which refuses a float for an int; 0.9.5-0.14.4 used pydantic 1's API") in findings[0].evidence

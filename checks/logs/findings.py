@@ -15,7 +15,7 @@ from dsdoctor.rules import Rule, catalogue
 
 from .context import localize, run_context
 from .lines import PROGRESS, Line, read_lines
-from .origin import catalogue_origin, describe_frame, frame_origin, library_warning
+from .origin import OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
@@ -57,6 +57,7 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     in_traceback: dict[int | None, bool] = {}  # per rank: a "Traceback" line came, its exception line not yet
     after_file_line: dict[int | None, bool] = {}  # per rank: the previous line was a traceback's "File ..." line
     ignored_next: dict[int | None, bool] = {}  # per rank: "Exception ignored in ...": the next traceback is harmless
+    ignoring: dict[int | None, bool] = {}  # per rank: inside that harmless traceback, until its exception line
     overflowed = False  # the fp16 loss scaler has reported a skipped step (precision.OVERFLOW)
 
     def add(signature: Signature, line: Line, found: re.Match, index: int) -> None:
@@ -73,11 +74,16 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
         quoted = (after_file_line.get(line.rank, False) and text_line[:1].isspace()) or \
             stripped.startswith(("raise ", "File \""))
         after_file_line[line.rank] = stripped.startswith("File \"")
+        if after_file_line[line.rank] and not in_traceback.get(line.rank) and not ignoring.get(line.rank):
+            in_traceback[line.rank] = not ignored_next.get(line.rank, False)  # a traceback pasted without its header
+        elif ignoring.get(line.rank) and stripped and not quoted and not text_line[:1].isspace():
+            ignoring.pop(line.rank)  # the harmless traceback's exception line
         if stripped.startswith("Exception ignored in"):  # at interpreter exit (a __del__): the run's outcome stands
             ignored_next[line.rank] = True
             continue
         if "Traceback (most recent call last)" in text_line:  # also glued to a progress bar's last state
-            in_traceback[line.rank] = not ignored_next.pop(line.rank, False)
+            ignoring[line.rank] = ignored_next.pop(line.rank, False)
+            in_traceback[line.rank] = not ignoring[line.rank]
             continue
         if len(text_line) < 6 or quoted:
             continue  # a traceback's source lines quote code (and errors); the exception line itself follows
@@ -372,14 +378,14 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             match = replace(match, info={"after": first})  # stopped after a failure of its own: say so
         match.context = ctx
         evidence, fix, extra = _described(match, lines)
-        target: Rule = rules[match.signature.rule_id]
+        target: Rule = rules[extra.get("rule") or match.signature.rule_id]  # a describer may name a narrower rule
         found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE else None
         origin = None
         if found is not None:  # no rule names it, but the catalogue knows whose message it is
             target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
-            origin = catalogue_origin(found.entry)
+            origin = catalogue_origin(found.entry, match.line.text)
         elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
-            origin = frame_origin(lines, match.line_index, match.line.rank)
+            origin = failure_origin(lines, match.line_index, match.line.rank)
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:
@@ -448,21 +454,27 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         found = _catalogued(ln.text)
         if found is not None and found.entry.kind not in ("nccl-info",):
             return (LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}")),
-                    catalogue_origin(found.entry))
+                    catalogue_origin(found.entry, ln.text))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
-        origin = frame_origin(lines)
+        exceptions = [i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
+                      (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))]
+        origin = (failure_origin(lines, exceptions[0], lines[exceptions[0]].rank) if exceptions else None) or \
+            frame_origin(lines)
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)
-    warned = library_warning(lines)
-    if warned is not None:
-        ln, found = warned
+    said = library_message(lines, raised=not finished(lines, []))
+    if said is not None:
+        ln, found = said
+        if found.entry.kind in ("raise", "assert"):  # a library's error message pasted without its exception's name
+            return (LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}")),
+                    catalogue_origin(found.entry, ln.text))
         return (LOG811.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}; no failure in "
-                                       f"{len(lines):,} lines")), catalogue_origin(found.entry))
+                                       f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
 

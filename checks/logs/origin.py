@@ -20,6 +20,13 @@ FRAME = re.compile(r"File \"(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), 
 SITE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w{0,60})/(?P<file>.{1,400})$")
 #: how far back from a failure's line its traceback's frames are looked for
 FRAME_LOOKBACK = 400
+#: a frame of Python's standard library (``/usr/lib/python3.10/subprocess.py``, ``<frozen importlib._bootstrap>``)
+STDLIB = re.compile(r"^<frozen |/lib/python3\.\d{1,2}/(?!(?:site|dist)-packages/)[\w./-]{1,200}\.py$")
+#: a qualified exception class at a line's start: ``torch.utils.checkpoint.CheckpointError:``
+QUALIFIED = re.compile(r"^(?P<module>[A-Za-z_]\w{0,60}(?:\.[A-Za-z_]\w{0,60}){1,10})\.(?P<cls>[A-Z]\w{0,80}):")
+#: the class an AttributeError or TypeError names: ``'DeepSpeedCPUAdam' object has no attribute``
+OBJECT_CLASS = re.compile(r"'(?P<cls>[A-Z]\w{0,80})' object (?:has no attribute|is not (?:callable|subscriptable|"
+                          r"iterable))")
 
 
 def _package(path: str) -> tuple[str | None, str]:
@@ -45,7 +52,7 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
     None when there is no frame."""
     start = 0 if before is None else max(0, before - FRAME_LOOKBACK)
     stop = len(lines) if before is None else before
-    last = None
+    last = library = None  # the innermost frame, and the innermost one outside Python's standard library
     for index in range(start, stop):
         if rank is not None and lines[index].rank not in (rank, None):
             continue
@@ -53,12 +60,14 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
         found = FRAME.search(text) if "File \"" in text else None
         if found:
             last = (index, found)
+            if not STDLIB.search(found.group("path")):
+                library = last
         elif last is not None and before is None and text.strip() and not text[:1].isspace() \
                 and index > last[0] + 1:
             break  # the first traceback's block has ended
     if last is None:
         return None
-    index, found = last
+    index, found = library or last  # subprocess.py's check_output is not where the launcher failed
     code = lines[index + 1].text.strip() if index + 1 < len(lines) and not FRAME.search(lines[index + 1].text) \
         and lines[index + 1].text[:1].isspace() else ""
     package, file = _package(found.group("path"))
@@ -67,19 +76,63 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
 
 
 def describe_frame(origin: dict) -> str:
-    """'raised in DeepSpeed's runtime/zero/stage3.py (defragment), line 525: `assert ...`' for evidence."""
+    """Evidence for an origin: 'stopped in DeepSpeed's runtime/zero/stage3.py (defragment), line 525: `assert ...`
+    (the traceback's innermost frame)', or the module of a qualified exception, or the package defining a class."""
     from dsdoctor.messages.catalogue import NAMES
 
     who = f"{NAMES.get(origin['package'], origin['package'])}'s " if origin["package"] else "the script "
+    if origin["from"] == "exception":
+        return f"the exception is {who}{origin['file']}'s (its qualified name)"
+    if origin["from"] == "class":
+        return f"the object is {who}class defined in {origin['file']}, {origin['versions']}"
     code = f": `{origin['code']}`" if origin["code"] else ""
     return (f"stopped in {who}{origin['file']} ({origin['function']}), line {origin['line']}{code} (the traceback's "
             f"innermost frame)")
 
 
-def catalogue_origin(entry) -> dict:
-    """The structured origin of a catalogue template (:class:`dsdoctor.messages.catalogue.Entry`)."""
-    return {"package": entry.package, "file": entry.file, "function": entry.function or None, "line": entry.line,
-            "versions": entry.version_span(), "from": "catalogue"}
+def exception_origin(text: str) -> dict | None:
+    """The module of a qualified exception at the start of ``text`` (``torch.utils.checkpoint.CheckpointError`` is
+    torch's utils/checkpoint.py; ``deepspeed.runtime.zero.utils.ZeRORuntimeException`` DeepSpeed's
+    runtime/zero/utils.py), when its top-level module is not Python's own (``subprocess.CalledProcessError``)."""
+    import sys
+
+    found = QUALIFIED.match(text.strip())
+    if not found:
+        return None
+    parts = found.group("module").split(".")
+    if parts[0] in sys.stdlib_module_names or parts[0] == "builtins":
+        return None
+    return {"package": parts[0], "file": "/".join(parts[1:]) + ".py" if len(parts) > 1 else "__init__.py",
+            "function": None, "from": "exception"}
+
+
+def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> dict | None:
+    """Where the exception at ``lines[index]`` comes from, most specific first: its qualified name's module, the
+    library class its message names (:func:`dsdoctor.messages.catalogue.class_origin`), the traceback's innermost
+    frame outside the standard library; None when the log says none of them."""
+    from dsdoctor.messages.catalogue import class_origin
+
+    text = lines[index].text
+    origin = exception_origin(text)
+    if origin is None and "object " in text:
+        named = OBJECT_CLASS.search(text)
+        origin = class_origin(named.group("cls")) if named else None
+    return origin or frame_origin(lines, index, rank)
+
+
+#: where NCCL says its message comes from: ``include/shm.h:48 NCCL WARN ...`` (its own file and line)
+NCCL_SOURCE = re.compile(r"(?P<file>[\w./-]{1,200}\.(?:h|cc|cu|cpp|c)):(?P<line>\d{1,6}) NCCL (?:WARN|INFO)")
+
+
+def catalogue_origin(entry, text: str = "") -> dict:
+    """The structured origin of a catalogue template (:class:`dsdoctor.messages.catalogue.Entry`); for NCCL, the
+    file and line its log line names (``include/shm.h:48 NCCL WARN``: the version that ran), else the newest mined."""
+    origin = {"package": entry.package, "file": entry.file, "function": entry.function or None, "line": entry.line,
+              "versions": entry.version_span(), "from": "catalogue"}
+    named = NCCL_SOURCE.search(text) if entry.package == "nccl" and "NCCL" in text else None
+    if named:
+        origin.update(file=named.group("file"), line=int(named.group("line")))
+    return origin
 
 
 #: warnings that announce a change, not a fault of the run
@@ -88,21 +141,43 @@ DEPRECATION = ("DeprecationWarning", "FutureWarning", "PendingDeprecationWarning
 MAX_WARNING_LOOKUPS = 40
 
 
-def library_warning(lines: list[Line]):
-    """The first line of ``lines`` (of its last 200, and of those that say they warn) that is a library's own warning
-    as a whole (a catalogue template logged, warned or printed; not a deprecation), as (line, Found), or None."""
+def library_message(lines: list[Line], raised: bool = True):
+    """The first line of ``lines`` (of its last 200, and of those that say they warn) that is a library's own message
+    as a whole, as (line, Found), or None: a message it raises or asserts (pasted bare: "Model data type and gradient
+    accumulation data type must be equal to use ZeRO") when ``raised``, else, or when none is, a warning it logs,
+    warns or prints (not a deprecation). A line wrapped onto the next (a long line whose next is no new log line) is
+    looked up joined with it too."""
     from dsdoctor.messages.catalogue import lookup
 
     tail = set(range(max(0, len(lines) - 200), len(lines)))
-    chosen = [i for i in range(len(lines)) if i in tail or "warn" in lines[i].text.lower()]
-    for index in chosen[:MAX_WARNING_LOOKUPS]:
+    chosen = [i for i in range(len(lines)) if i in tail or "warn" in lines[i].text.lower()][:MAX_WARNING_LOOKUPS]
+    warned = None
+    for index in chosen:
         text = lines[index].text
         if len(text.strip()) < 12:
             continue
-        found = lookup(text[:2000])
-        if found is None or not found.whole or found.entry.kind not in ("log", "warn", "print", "nccl-warn"):
-            continue
-        if found.entry.exception in DEPRECATION or "deprecat" in found.entry.text.lower():
-            continue
-        return lines[index], found
-    return None
+        for candidate in _with_next(lines, index):
+            found = lookup(candidate[:2000])
+            if found is None or not found.whole:
+                continue
+            if found.entry.kind in ("raise", "assert"):
+                if raised:
+                    return lines[index], found
+                continue
+            if found.entry.kind not in ("log", "warn", "print", "nccl-warn") or \
+                    found.entry.exception in DEPRECATION or "deprecat" in found.entry.text.lower():
+                continue
+            warned = warned or (lines[index], found)
+    return warned
+
+
+def _with_next(lines: list[Line], index: int) -> list[str]:
+    """``lines[index]``, and joined with the next line of its rank as a terminal and as an editor wrap it, when the
+    line is long and the next continues it (not indented, not a new log line or traceback)."""
+    text = lines[index].text
+    out = [text]
+    if len(text) >= 60 and index + 1 < len(lines) and lines[index + 1].rank in (lines[index].rank, None):
+        after = lines[index + 1].text
+        if after and not after[:1].isspace() and not after.startswith(("Traceback", "File \"", "[")):
+            out += [text + after, text + " " + after]
+    return out

@@ -352,6 +352,36 @@ def _rendezvous(match: Match, lines: list[Line]) -> tuple[str, str]:
     return evidence, ""
 
 
+def _no_interface(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """NCCL found no interface: the NCCL_SOCKET_IFNAME the log shows, when it does."""
+    named = next((m.group(1) for m in (NCCL_IFNAME.search(ln.text) for ln in lines[:match.line_index]
+                                       if "SOCKET_IFNAME" in ln.text) if m), None)
+    return (_where(match) + match.line.text.strip()[:240] + (f" (NCCL_SOCKET_IFNAME={named} in this log)" if named
+                                                              else ""),
+            "NCCL_SOCKET_IFNAME must name an interface every node has (`ip -br addr`; a prefix like eth matches eth0): "
+            "unset it or correct it. `dsdoctor env` checks it against the interfaces present.")
+
+
+#: NCCL's own report of the variable: "NCCL_SOCKET_IFNAME set by environment to eth2"
+NCCL_IFNAME = re.compile(r"NCCL_SOCKET_IFNAME set (?:by environment )?to (\S{1,64})")
+
+
+def _never_built(match: Match, lines: list[Line]) -> tuple[str, str]:
+    op = match.groups.group("op").lower()
+    return (_where(match) + match.line.text.strip()[:200] + f": the cpu_{op} op was never built (its JIT build "
+            f"failed before; the compiler's error is earlier in the full log)",
+            f"`dsdoctor env --build-ops ds_config.json` builds cpu_{op} now and shows why it fails (a CUDA toolkit "
+            f"of torch's CUDA version, gcc, the Python headers: python3-dev); or pre-build it: "
+            f"DS_BUILD_CPU_{op.upper()}=1 pip install deepspeed --no-cache-dir.")
+
+
+def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
+    return (_where(match) + match.line.text.strip()[:200] + ": DeepSpeed's config code of pydantic 1's API "
+            "(runtime/config_utils.py) runs under pydantic 2",
+            "pip install 'pydantic<2' for this DeepSpeed, or upgrade DeepSpeed (its config models use pydantic 2 "
+            "from the versions dsdoctor mined since 0.16.9; 0.12-0.14 work with either through deepspeed.pydantic_v1).")
+
+
 def _where(match: Match) -> str:
     """'rank R: ' for a line whose rank is known, else ''."""
     return where(match.line)
@@ -478,8 +508,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:DistNetworkError|DistStoreError|RuntimeError|TimeoutError|ConnectionError)\b[^\n]{0,600}?"
          r"(?:failed to connect|waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
          "dsdoctor env", caught_note="on each node (MASTER_ADDR reachable)"),
-    _sig("nccl-no-interface", "NET402", "no socket interface found",
-         r"no socket interface found", _first_line, "dsdoctor env"),
+    _sig("nccl-no-interface", "NET402", ("no socket interface found", "neither AF_INET"),
+         r"no socket interface found|"
+         # NCCL_SOCKET_IFNAME naming no interface: NCCL finds none without a warning, then connects to an address it
+         # never set (misc/socket.cc ncclSocketInit)
+         r"with family \d{1,6} is neither AF_INET\(2\) nor AF_INET6\(10\)", _no_interface, "dsdoctor env"),
     _sig("nccl-connect", "NET411", ("NCCL WARN",),
          r"NCCL WARN (?:socketStartConnect|socketPollConnect|Net : Connect to|Call to connect|NET/Socket : Connect to)"
          r"[^\n]{0,200}?(?<![\d.])(?P<addr>\d{1,3}(?:\.\d{1,3}){3})(?![\d.])[^\n]{0,200}?(?:failed|returned|timed out)",
@@ -537,6 +570,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("op-build", "ENV324", "Error building extension",
          r"Error building extension '(?P<op>\w{1,100})'", _build, "dsdoctor env --build-ops ds_config.json"),
     # the same build failure pasted without torch's RuntimeError: ninja's own lines, or its CalledProcessError
+    # CPUAdam's __del__ after its op failed to build: the object never got its ds_opt_adam (ops/adam/cpu_adam.py)
+    _sig("op-never-built", "ENV324", ("has no attribute 'ds_opt_adam'", "has no attribute 'ds_opt_lion'"),
+         r"'DeepSpeedCPU(?P<op>Adam|Lion|Adagrad)' object has no attribute 'ds_opt_\w{1,20}'", _never_built,
+         "dsdoctor env --build-ops ds_config.json"),
+    _sig("no-cxx", "ENV315", ("cc1plus", "c++:"),
+         r"cannot execute .cc1plus.|error trying to exec 'cc1plus'|\bc\+\+: (?:command )?not found", _first_line,
+         "dsdoctor env", caught_note="(the C++ compiler torch's extension builder calls)"),
     _sig("op-build-ninja", "ENV324", ("ninja: build stopped", "'ninja', '-v'", "FAILED: "),
          r"ninja: build stopped: subcommand failed|Command '\['ninja', '-v'[^\]\n]{0,100}\]' returned non-zero exit|"
          r"FAILED: (?:\S{0,300}/)?\w{1,100}\.(?:so|o|cuda\.o)\s{0,3}$", _build,
@@ -612,8 +652,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"element 0 of tensors does not require grad and does not have a grad_fn", _first_line,
          "dsdoctor smoke --model PATH --method lora",
          caught_note="(the reference trainer enables input grads under checkpointing)"),
-    _sig("local-rank-arg", "ENV331", "unrecognized arguments",
-         r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank", _first_line),
+    _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser"),
+         r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank|"
+         r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank", _first_line),
+    # DeepSpeed's config_utils.py of the pydantic 1 API (0.9.x: requires pydantic<2) under pydantic 2
+    _sig("pydantic-2-old-deepspeed", "ENV310", "has no attribute 'field_info'",
+         r"'FieldInfo' object has no attribute 'field_info'", _pydantic_api),
     _sig("zero3-device-map", "HF209", "is not compatible with `low_cpu_mem_usage=True`",
          r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a `device_map`",
          _first_line),
@@ -674,11 +718,11 @@ PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
 
 
 def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """The exception line, and where it was raised: the innermost frame of its traceback (:mod:`.origin`)."""
-    from .origin import describe_frame, frame_origin
+    """The exception line, and where it comes from (:func:`.origin.failure_origin`)."""
+    from .origin import describe_frame, failure_origin
 
-    frame = frame_origin(lines, match.line_index, match.line.rank)
-    return _where(match) + match.line.text.strip()[:240] + (f"; {describe_frame(frame)}" if frame else ""), ""
+    origin = failure_origin(lines, match.line_index, match.line.rank)
+    return _where(match) + match.line.text.strip()[:240] + (f"; {describe_frame(origin)}" if origin else ""), ""
 
 
 PYTHON_ERROR_SIGNATURE = Signature("python-error", "LOG805", (), PYTHON_ERROR, _python_error)

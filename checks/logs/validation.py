@@ -39,7 +39,10 @@ def validation_errors(lines: list[Line], start: int) -> list[dict]:
     and the DS rule ``dsdoctor check`` gives for it. A field line is unindented (or its rank's text is); its message
     is the next, indented line; pydantic v2's 'For further information' lines are skipped."""
     rank = lines[start].rank
-    body = [ln.text for ln in lines[start + 1:start + 1 + 4 * MAX_FIELDS] if ln.rank == rank]
+    after = lines[start + 1:start + 1 + 4 * MAX_FIELDS]
+    if rank is None and after and after[0].rank is not None:  # the header pasted without its rank prefix
+        rank = after[0].rank
+    body = [ln.text for ln in after if ln.rank == rank]
     out: list[dict] = []
     i = 0
     while i < len(body) and len(out) < MAX_FIELDS:
@@ -58,9 +61,9 @@ def validation_errors(lines: list[Line], start: int) -> list[dict]:
     return out
 
 
-def describe(match: Match, lines: list[Line]) -> tuple[str, str]:
+def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, str, dict]:
     """pydantic's header and every field of its block (:func:`validation_errors`), each with the rule ``check``
-    gives for it."""
+    gives for it; when every field has the same rule (not DS199), the finding is reported under it."""
     where_ = where(match.line)
     text = match.line.text[match.groups.start():].strip()
     fields = validation_errors(lines, match.line_index)
@@ -79,7 +82,10 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str]:
     fix = "; ".join(dict.fromkeys(fixes[f["rule"]] for f in fields)) + ". `dsdoctor check ds_config.json` names " \
         "every one before launch."
     since = _float_refused_since() if any(f["type"] == "int_from_float" for f in fields) else ""
-    return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:]
+    rules = {f["rule"] for f in fields}
+    # every field for one rule of check's: the finding is that rule's (a float for an int field is DS137)
+    extra = {"rule": rules.pop()} if len(rules) == 1 and "DS199" not in rules else {}
+    return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:], extra
 
 
 def _float_refused_since() -> str:

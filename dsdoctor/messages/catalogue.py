@@ -111,8 +111,15 @@ def builtin_messages() -> tuple[str, ...]:
     return tuple(out)
 
 
+#: a template that starts with a placeholder and has fewer literal characters than this is generic wording
+#: (torch's "{} has no attribute `{}`" would name any AttributeError as torch's)
+MIN_LEADING_HOLE_LITERAL = 24
+
+
 def _generic(entry: Entry) -> bool:
     pieces = [p.strip() for p in entry.parts if p is not None and len(p.strip()) > 3]
+    if entry.parts and entry.parts[0] is None and sum(len(p) for p in pieces) < MIN_LEADING_HOLE_LITERAL:
+        return True
     return any(all(piece in message for piece in pieces) for message in builtin_messages())
 
 
@@ -131,6 +138,32 @@ def entries() -> tuple[Entry, ...]:
             out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
                              t.get("function", ""), tuple(t["versions"]), versions))
     return tuple(e for e in out if len(e.anchor) >= MIN_ANCHOR and not _generic(e))
+
+
+@functools.lru_cache(maxsize=1)
+def _classes() -> dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """{class name: (package, file, its versions, the versions mined)} of every shipped catalogue; a name defined by
+    several packages is the first's in :data:`PACKAGES` (the library nearest the user's code)."""
+    out: dict = {}
+    for package in PACKAGES:
+        path = HERE / f"{package}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        for name, c in data.get("classes", {}).items():
+            out.setdefault(name, (package, c["file"], tuple(c["versions"]), tuple(data["versions"])))
+    return out
+
+
+def class_origin(name: str) -> dict | None:
+    """Where class ``name`` is defined, as mined (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
+    DeepSpeed's ops/adam/cpu_adam.py): ``{"package", "file", "versions", "from": "class"}``, or None."""
+    found = _classes().get(name)
+    if found is None:
+        return None
+    package, file, versions, mined = found
+    span = Entry(package, "", "", (), file, 0, "", versions, mined).version_span()
+    return {"package": package, "file": file, "function": None, "versions": span, "from": "class"}
 
 
 @dataclass(frozen=True)

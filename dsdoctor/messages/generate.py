@@ -39,7 +39,8 @@ SCOPE = {
     "accelerate": ("accelerator.py", "state.py", "utils/", "commands/launch.py", "commands/config/", "data_loader.py",
                    "checkpointing.py", "big_modeling.py"),
     "torch": ("distributed/", "utils/cpp_extension.py", "cuda/__init__.py", "cuda/memory.py",
-              "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py"),
+              "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py", "nn/modules/module.py",
+              "nn/functional.py"),
 }
 #: The training tools our users launch DeepSpeed through (the brief: LLaMA-Factory, axolotl; ms-swift, TRL and
 #: OpenRLHF in their threads), mined from a downloaded wheel (``pip download --no-deps llamafactory``; not installed,
@@ -64,12 +65,13 @@ def _version_key(version: str):
         return (1, version)
 
 
-def mine_source(package: str, root: Path) -> tuple[list[Template], int, int]:
-    """(templates, dynamic, files) of ``package`` at ``root`` (see the module docstring)."""
+def mine_source(package: str, root: Path, classes: dict[str, str] | None = None) -> tuple[list[Template], int, int]:
+    """(templates, dynamic, files) of ``package`` at ``root`` (see the module docstring); ``classes`` receives the
+    module-level classes of the files mined: {name: file}."""
     if package == "nccl":
         return mine_nccl(root)
     only = {**SCOPE, **TOOLS}[package]
-    templates, dynamic, files = mine_python(root, package, () if only == ("",) else only)
+    templates, dynamic, files = mine_python(root, package, () if only == ("",) else only, classes)
     builder = root / "ops" / "op_builder"
     top = root.parent / "op_builder"
     if package == "deepspeed" and (not builder.is_dir() or builder.is_symlink()) and top.is_dir():
@@ -91,7 +93,7 @@ def config_pydantic(package: str, root: Path) -> int | None:
 
 
 def merge(package: str, version: str, templates: list[Template], dynamic: int, files: int,
-          extra: dict | None = None) -> dict:
+          extra: dict | None = None, classes: dict[str, str] | None = None) -> dict:
     """The catalogue of ``package`` with ``version``'s ``templates`` added (or replacing that version's), written to
     ``<package>.json``; returns it."""
     path = HERE / f"{package}.json"
@@ -116,6 +118,18 @@ def merge(package: str, version: str, templates: list[Template], dynamic: int, f
         elif newest:  # file, line and function of the newest version
             entry.update(file=t.file, line=t.line, function=t.function)
         entry["versions"] = sorted(set(entry["versions"]) | {version}, key=_version_key)
+    known = data.get("classes", {})  # class name -> {"file": in the newest version defining it, "versions": [...]}
+    for name in list(known):
+        known[name]["versions"] = [v for v in known[name]["versions"] if v != version]
+        if not known[name]["versions"]:
+            del known[name]
+    for name, file in (classes or {}).items():
+        entry = known.setdefault(name, {"file": file, "versions": []})
+        if newest:
+            entry["file"] = file
+        entry["versions"] = sorted(set(entry["versions"]) | {version}, key=_version_key)
+    if known:
+        data["classes"] = dict(sorted(known.items()))
     data["versions"] = sorted(set(data["versions"]) | {version}, key=_version_key)
     data["stats"][version] = {"files": files, "templates": len(seen), "dynamic_skipped": dynamic, **(extra or {})}
     data["stats"] = dict(sorted(data["stats"].items(), key=lambda kv: _version_key(kv[0])))
@@ -162,9 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     for package, root, version in jobs:
         if not root.is_dir():
             sys.exit(f"{root}: not a directory")
-        templates, dynamic, files = mine_source(package, root)
+        classes: dict[str, str] = {}
+        templates, dynamic, files = mine_source(package, root, classes)
         api = config_pydantic(package, root)
-        data = merge(package, version, templates, dynamic, files, {"config_pydantic": api} if api else None)
+        data = merge(package, version, templates, dynamic, files, {"config_pydantic": api} if api else None, classes)
         kinds = Counter(t.kind for t in templates)
         print(f"{package} {version}: {len(templates)} templates from {files} files ({dynamic} dynamic skipped; "
               f"{dict(kinds)}); catalogue now {len(data['templates'])} templates over {data['versions']}")

@@ -1,6 +1,6 @@
 """Mine the messages a library can print when something fails, from its own source: every ``raise X(...)``,
-``assert ..., "..."``, ``logger.error/warning/critical/exception(...)``, ``warnings.warn(...)`` and ``print`` of an
-error in Python (read with :mod:`ast`, never imported or run), and NCCL's ``WARN(...)`` / ``INFO(...)`` format strings
+``assert ..., "..."``, ``logger.error/warning/critical/exception(...)``, ``warnings.warn(...)``, ``print`` of an
+error and message appended to a list of errors (``error_msgs.append(...)``, raised together later) in Python (read with :mod:`ast`, never imported or run), and NCCL's ``WARN(...)`` / ``INFO(...)`` format strings
 in C (``src/`` of NVIDIA/nccl).
 
 A message becomes a *template*: its literal text with a placeholder where the code puts a value (an f-string's
@@ -31,6 +31,8 @@ LOG_METHODS = {"error": "log", "warning": "log", "warn": "warn", "critical": "lo
 #: "Detected VISIBLE_DEVICES=... but ignoring it because ...").
 PRINT_WORDS = re.compile(r"\b(?:error|fail|failed|cannot|can't|unable|invalid|not supported|warning|ignor(?:e|es|ed|ing))\b",
                          re.I)
+#: a list of error messages raised together later (``error_msgs``, ``errors``, ``missing_keys_msg``)
+ERROR_LIST = re.compile(r"err|msg|message", re.I)
 #: printf conversions (C and Python ``%``-formatting): flags, width, precision, length, conversion
 PRINTF = re.compile(r"%(?:\([^)]{0,40}\))?[-+ #0]{0,4}(?:\d{1,3}|\*)?(?:\.(?:\d{1,3}|\*))?(?:hh|h|ll|l|z|j|t|L|q)?"
                     r"[diouxXeEfFgGcrsap]|%%")
@@ -151,6 +153,7 @@ class _Visitor(ast.NodeVisitor):
         self.found: list[Template] = []
         self.dynamic = 0
         self.strings: list[dict[str, list]] = [{}]  # per scope: name -> parts of the string last assigned to it
+        self.classes: dict[str, int] = {}  # class name -> line of its definition
 
     def _resolved(self, message: ast.AST | None) -> ast.AST | list | None:
         if isinstance(message, ast.Name):
@@ -190,7 +193,12 @@ class _Visitor(ast.NodeVisitor):
         self.strings.pop()
         self.scope.pop()
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _scoped
+    visit_FunctionDef = visit_AsyncFunctionDef = _scoped
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if not self.scope:  # a module's own classes: what "'DeepSpeedCPUAdam' object has no attribute" names
+            self.classes.setdefault(node.name, node.lineno)
+        self._scoped(node)
 
     def visit_Raise(self, node: ast.Raise) -> None:
         exc = node.exc
@@ -211,6 +219,10 @@ class _Visitor(ast.NodeVisitor):
         if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS and node.args:
             self._keep(LOG_METHODS[func.attr], node, node.args[0],
                        _name(node.args[1]) if func.attr == "warn" and len(node.args) > 1 else "")
+        elif isinstance(func, ast.Attribute) and func.attr == "append" and node.args and \
+                isinstance(func.value, ast.Name) and ERROR_LIST.search(func.value.id):
+            # a message collected to be raised together (torch's load_state_dict: error_msgs.append(...))
+            self._keep("raise", node, node.args[0])
         elif isinstance(func, ast.Name) and func.id == "print" and node.args:
             message = self._resolved(node.args[0])
             parts = normalise(message if isinstance(message, list) else message_parts(message))
@@ -219,10 +231,12 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def mine_python(root: Path, package: str, only: tuple[str, ...] = ()) -> tuple[list[Template], int, int]:
+def mine_python(root: Path, package: str, only: tuple[str, ...] = (),
+                classes: dict[str, str] | None = None) -> tuple[list[Template], int, int]:
     """(templates, dynamic messages skipped, files read) of every ``.py`` under ``root`` (the package's own
     directory: ``.../site-packages/deepspeed``), or of those whose path relative to ``root`` starts with one of
-    ``only``. A file Python cannot parse is skipped (counted in neither)."""
+    ``only``. A file Python cannot parse is skipped (counted in neither). ``classes``, when given, receives every
+    module-level class of the files read: {name: file} (the first file, in path order, that defines it)."""
     found: list[Template] = []
     dynamic = files = 0
     for path in sorted(root.rglob("*.py")):
@@ -238,6 +252,9 @@ def mine_python(root: Path, package: str, only: tuple[str, ...] = ()) -> tuple[l
         v.visit(tree)
         found += v.found
         dynamic += v.dynamic
+        if classes is not None:
+            for name in v.classes:
+                classes.setdefault(name, rel)
     return found, dynamic, files
 
 
