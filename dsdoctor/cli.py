@@ -117,6 +117,26 @@ def guard_outputs(kwargs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...
             if not parent.is_dir() or not os.access(parent, os.W_OK):
                 raise DsdoctorError(f"cannot write {option} {shown(out_path)}: {shown(str(parent))} is not a writable "
                                     "directory")
+            if option == "--json" and target.is_file() and not _our_report(target):
+                # `dsdoctor explain --json logs/*.log` takes the first log as --json's PATH: never write over it
+                raise DsdoctorError(f"--json {shown(out_path)}: that file exists and is not a dsdoctor report; "
+                                    "dsdoctor never overwrites it (--json takes a path: give a new file, or "
+                                    "--json - for standard output)")
+
+
+def _our_report(path: Path) -> bool:
+    """Whether ``path`` holds a dsdoctor JSON report (or nothing): the only files ``--json`` writes over."""
+    import json
+
+    try:
+        if path.stat().st_size == 0:
+            return True
+        with path.open("rb") as f:
+            head = f.read(1 << 20)
+        data = json.loads(head)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "dsdoctor_version" in data and "command" in data
 
 
 def _stdout_gone() -> None:

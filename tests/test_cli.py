@@ -427,3 +427,19 @@ def test_smoke_does_not_crawl_a_config_for_8_gpus_onto_2_cores_but_names_the_npr
     (error,) = [f for f in data["findings"] if f["severity"] == "error"]
     assert result.exit_code == 1 and error["id"] == "DS102"
     assert "give --nproc 8 to run it on as many CPU ranks" in data["result"]["world_size_source"]
+
+
+def test_json_never_writes_over_a_file_that_is_no_dsdoctor_report(tmp_path):
+    """`dsdoctor explain --json logs/*.log` takes the first log as --json's PATH (a new user's trial): refused, the
+    log untouched; a previous report is replaced."""
+    log = tmp_path / "train.log"
+    log.write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    other = tmp_path / "other.log"
+    other.write_text(log.read_text())
+    result = CliRunner().invoke(cli, ["explain", "--json", str(log), str(other)])
+    assert result.exit_code == 2 and "is not a dsdoctor report" in result.output
+    assert log.read_text().startswith("RuntimeError")
+    out = tmp_path / "out.json"
+    assert CliRunner().invoke(cli, ["explain", "--json", str(out), str(other)]).exit_code == 1
+    assert CliRunner().invoke(cli, ["explain", "--json", str(out), str(other)]).exit_code == 1  # its own report
+    assert json.loads(out.read_text())["command"] == "explain"

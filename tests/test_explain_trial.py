@@ -495,7 +495,9 @@ def test_the_real_oom_case_names_its_world_size():
     findings, _ = explain((LOGS / "cuda-oom-zero2" / "log.txt").read_text())
     """The public report (THUDM/ChatGLM-6B issue 1212): the Hub id is the registry's chatglm-6b."""
     assert ("`dsdoctor estimate --model chatglm-6b --deepspeed ds.json --zero 2 --micro-batch 4 --grad-accum 1 "
-            "--precision fp16 --gpus 2 --seq-len SEQ_LEN --gpu-mem 79.15`") in findings[0].fix
+            "--precision fp16 --launch trainer --gpus 2 --seq-len SEQ_LEN --gpu-mem 79.15`") in findings[0].fix
+    # the HF Trainer ran (its frames), and the log does not say whether checkpointing was on: said, not assumed
+    assert "the Trainer's default is off (add --no-grad-ckpt unless your run enabled it)" in findings[0].fix
 
 
 def test_the_batch_assertion_fix_is_one_deepspeed_accepts():
@@ -535,3 +537,78 @@ def test_torch_glog_month_is_not_padded(tmp_path):
     findings = json.loads(out)["findings"]
     assert findings[0]["id"] == "LOG805" and "KeyError" in findings[0]["evidence"]
     assert [f["id"] for f in findings][1] == "LOG801" and findings[1]["severity"] == "info"
+
+
+def test_the_oom_estimate_line_takes_the_trainers_micro_batch_and_checkpointing():
+    """A new user's trial (2026-12-04): the suggested estimate had no micro batch and assumed checkpointing, so it
+    called the run that had just run out of memory a fit. The Trainer's own arguments on the log are used."""
+    log = ("torchrun --nproc_per_node 4 train.py --deepspeed ds_z2.json --per_device_train_batch_size 8 "
+           "--gradient_checkpointing False\n"
+           "  File \"/usr/lib/python3/dist-packages/transformers/trainer.py\", line 1859, in train\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 1.10 GiB is free.\n")
+    fix = explain(log)[0][0].fix
+    assert "--deepspeed ds_z2.json --micro-batch 8 --launch trainer --no-grad-ckpt --gpus 4" in fix
+
+
+# --- a new user's trial, 2026-12-04 (their own logs, in the libraries' wording) --------------------------------------
+
+LAUNCH = ("[2024-09-01 01:03:13,000] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', "
+          "'--local_rank=0', '--deepspeed', 'ds.json'] exits with return code = {code}\n")
+
+
+@pytest.mark.parametrize("log,rule,evidence", [
+    # deepspeed/launcher/launch.py puts the user's arguments after --local_rank; a negative code is a signal
+    (LAUNCH.format(code=-11), "LOG806", "rank 0 was killed by signal 11 (SIGSEGV)"),
+    (LAUNCH.format(code=1), "LOG806", "rank 0 exited with code 1"),
+    (LAUNCH.format(code=-9), "MEM504", "killed by signal 9 (SIGKILL)"),
+    ("  traceback : Signal 11 (SIGSEGV) received by PID 777\n", "LOG806", "signal 11 (SIGSEGV)"),
+    # the shell's job message, and accelerate's launcher
+    ("Loading checkpoint shards:  67%|######6   | 2/3 [01:30<00:45, 45.1s/it]\nKilled\n", "MEM504", "signal 9"),
+    ("subprocess.CalledProcessError: Command '['/usr/bin/python3', 'train.py']' died with <Signals.SIGKILL: 9>.\n",
+     "MEM504", "signal 9"),
+    # libtorch's TCPStore client (socket.cpp)
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 900s while trying to connect to "
+     "(node-a, 29500).\n", "NET410", "node-a"),
+    # "auto" where DeepSpeed computes: torch's AdamW lr check, WarmupLR's delta
+    ("TypeError: '<=' not supported between instances of 'float' and 'str'\n", "DS101", "'float' and 'str'"),
+    ("TypeError: unsupported operand type(s) for -: 'str' and 'str'\n", "DS101", "'str' and 'str'"),
+])
+def test_a_rank_s_end_and_the_auto_values_in_the_words_users_paste(log, rule, evidence):
+    findings, _ = explain(log)
+    assert findings[0].id == rule and findings[0].severity == "error" and evidence in findings[0].evidence
+
+
+def test_a_crash_after_the_trainers_summary_is_a_failure():
+    """save_model failing after 'train_runtime': nothing was saved; not 'the run finished, but'."""
+    log = ("{'train_runtime': 4411.1, 'train_loss': 1.35, 'epoch': 3.0}\nSaving model checkpoint to ./output\n"
+           "Traceback (most recent call last):\n  File \"/w/train.py\", line 240, in <module>\n"
+           "    trainer.save_model(training_args.output_dir)\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 310.12 MiB is free.\n")
+    findings, result = explain(log)
+    assert (findings[0].id, findings[0].severity, result["finished"]) == ("MEM501", "error", False)
+
+
+def test_a_message_wrapped_over_several_lines_by_the_terminal_is_matched_as_one():
+    """The NCCL watchdog's message cut at 80 columns: its continuations carry no rank prefix."""
+    log = ("[rank1]:[E512 10:45:12.334215821 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog cau\n"
+           "ght collective operation timeout: WorkNCCL(SeqNum=2043, OpType=ALLREDUCE, NumelI\n"
+           "n=262144000, NumelOut=262144000, Timeout(ms)=600000) ran for 600032 milliseconds\n"
+           " before timing out.\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "LOG801" and "ALLREDUCE (SeqNum=2043" in findings[0].evidence
+    assert "on rank(s) [1]" in findings[0].evidence
+
+
+def test_an_empty_file_among_several_is_skipped_and_said(tmp_path):
+    """torchrun's --log-dir holds an empty stdout.log beside each stderr.log."""
+    from click.testing import CliRunner
+
+    (tmp_path / "rank0.log").write_text("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    (tmp_path / "rank1.log").write_text("")
+    result = CliRunner().invoke(cli, ["explain", "--format", "json", str(tmp_path / "rank0.log"),
+                                      str(tmp_path / "rank1.log"), str(tmp_path / "rank0.log")])
+    data = json.loads(result.output)
+    assert data["findings"][0]["id"] == "MEM501" and data["result"]["empty_files"] == [str(tmp_path / "rank1.log")]
+    assert data["result"]["lines"] == 1  # the file named twice is read once

@@ -67,6 +67,10 @@ HF_ARGS = re.compile(r"(?:llamafactory-cli|lmf)\s{1,4}train\s{1,4}(?P<args>" + _
 SEQ_ARG = re.compile(r"(?<![\w-])-{0,2}(?P<key>model_max_length|max_seq_length|cutoff_len|max_source_length|"
                      r"max_target_length)(?:=|:\s{0,4}|\s{1,4})(?P<n>\d{1,8})(?!\d)")
 #: transformers' remote-code prompt and error name the repository; the model's own code runs from the module cache
+#: the Trainer's arguments as a command line or TrainingArguments(...) prints them
+TRAINER_MICRO = re.compile(r"(?:--|\b)per_device_train_batch_size[= ](?P<n>\d{1,6})(?!\d)")
+TRAINER_CKPT = re.compile(r"(?:--|\b)gradient_checkpointing(?:[= ](?P<v>True|true|False|false|1|0))?(?![\w=])")
+TRAINER_FRAME = re.compile(r"transformers/trainer\.py\"|\btrainer\.train\(|TrainingArguments\(")
 REMOTE_REPOSITORY = re.compile(r"The repository (?P<path>" + _PATH + r") contains custom code")
 REMOTE_CODE = re.compile(r"trust_remote_code(?:=True|: true|\s{0,2}=\s{0,2}True)|--trust[_-]remote[_-]code\b|"
                          r"/transformers_modules/|get_class_from_dynamic_module")
@@ -80,7 +84,8 @@ class RunContext:
     ``offload_optimizer``, ``offload_param``); ``remote_code``: the model runs its own code; ``model_path``: the
     repository transformers named when asking for trust_remote_code; ``model``: the launch's model_name_or_path;
     ``hf_args``: the training arguments file (LLaMA-Factory's YAML); ``seq_len``: the length samples are padded or
-    cut to (tokens)."""
+    cut to (tokens); ``grad_ckpt``: gradient checkpointing as the Trainer's arguments set it; ``launch``: "trainer"
+    when the HF Trainer ran (its frames, its arguments)."""
 
     config: str | None = None
     world_size: int | None = None
@@ -92,6 +97,8 @@ class RunContext:
     model: str | None = None
     hf_args: str | None = None
     seq_len: int | None = None
+    grad_ckpt: bool | None = None
+    launch: str | None = None
 
 
 def ds_settings(lines: list[Line]) -> dict[str, str]:
@@ -166,6 +173,11 @@ def run_context(lines: list[Line]) -> RunContext:
                 ctx.per_node = _small(local.group("local") or local.group("gpus"))
         if ctx.world_size is None and "world_size" in text and "..." in text and (m := CONFIG_WORLD.search(text)):
             ctx.world_size = _small(m.group("world"))
+        if "per_device_train_batch_size" in text and (m := TRAINER_MICRO.search(text)):
+            ctx.settings.setdefault("micro_batch", m.group("n"))
+            ctx.launch = "trainer"
+        if "gradient_checkpointing" in text and ctx.grad_ckpt is None and (m := TRAINER_CKPT.search(text)):
+            ctx.grad_ckpt = (m.group("v") or "True") in ("True", "true", "1")
     if ctx.world_size is None and ctx.per_node:
         ctx.world_size = ctx.per_node * (ctx.nodes or 1)
     if "max_source_length" in lengths and "max_target_length" in lengths:
@@ -177,6 +189,8 @@ def run_context(lines: list[Line]) -> RunContext:
         ctx.seq_len = None
     for line in lines:
         text = line.text
+        if ctx.launch is None and ("trainer" in text or "TrainingArguments" in text) and TRAINER_FRAME.search(text):
+            ctx.launch = "trainer"
         if not ("custom code" in text or "trust" in text or "_module" in text):
             continue
         if "custom code" in text and (m := REMOTE_REPOSITORY.search(text)):

@@ -123,26 +123,32 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     return matches, lines
 
 
-#: a line shorter than this is no wrapped message's first part (terminals and editors wrap at 80 columns or more)
-WRAP_MIN = 60
+#: a line shorter than this is no wrapped message's first part (terminals and editors wrap at 80 columns or more; a
+#: rank prefix takes some of them)
+WRAP_MIN = 30
+#: continuation lines of one wrapped message joined at most
+WRAP_LINES = 4
+#: a log record's own start (a timestamp, glog's "E0512 10:45:12"): no continuation
+CLOCK_START = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:|[IWEF]\d{4} \d\d:\d\d:")
 
 
 def _unwrapped(lines: list[Line], index: int) -> list[str] | None:
-    """``lines[index]`` and the next line of its rank joined, when a signature's needle starts in the first near its
-    end: joined as a terminal wraps (no space added) and as an editor wraps at a space (one added); the caller keeps
-    only matches that span the two. None otherwise."""
+    """``lines[index]`` joined with the lines that continue it (up to :data:`WRAP_LINES` more: a message wrapped at
+    the terminal's width, whose continuations carry no rank prefix and no indentation), when the joined text holds a
+    signature's needle: each join as a terminal wraps (no space added) and as an editor wraps at a space (one added);
+    the caller keeps only matches that start in the first line and end after it. None otherwise."""
     line = lines[index]
-    if index + 1 >= len(lines) or lines[index + 1].rank != line.rank:
+    parts = [line.text]
+    for after_line in lines[index + 1:index + 1 + WRAP_LINES]:
+        after = after_line.text
+        if after_line.rank not in (line.rank, None) or not after or after[:2].isspace() or \
+                after.lstrip().startswith(("Traceback", "File \"", "[")) or PYTHON_ERROR.match(after) or \
+                CLOCK_START.match(after) or len(parts[-1]) < WRAP_MIN:
+            break  # an indented line, a new block or log line, an exception, or the last line was not full
+        parts.append(after)
+    if len(parts) == 1 or NEEDLES.search("".join(parts), max(0, len(line.text) - 200)) is None:
         return None
-    after = lines[index + 1].text
-    if not after or after[:1].isspace() or after.startswith(("Traceback", "File \"", "[")) or \
-            PYTHON_ERROR.match(after):
-        return None  # an indented line, a new block, a log line of its own or an exception: no continuation
-    text = line.text + after
-    found = NEEDLES.search(text, max(0, len(line.text) - 200))
-    if found is not None and found.start() < len(line.text):
-        return [text, line.text + " " + after]
-    return None
+    return [glue.join(parts[:n]) for n in range(2, len(parts) + 1) for glue in ("", " ")]
 
 
 #: A traceback's own lines after its exception line: its message continued (tab-indented, as state_dict's size
@@ -222,10 +228,14 @@ FINISHED = re.compile(r"exits successfully|'train_runtime':|\bTraining completed
 
 
 def finished(lines: list[Line], matches: list[Match]) -> bool:
-    """Whether the run ended well: a success line among the last 30, and no rank failing after it."""
+    """Whether the run ended well: a success line among the last 30, and no rank failing after it, and no traceback
+    after it (the Trainer prints 'train_runtime' before save_model, which can still fail: nothing saved)."""
     tail = [i for i in range(max(0, len(lines) - 30), len(lines)) if FINISHED.search(lines[i].text)]
     if not tail:
         return False
+    if any(TRACEBACK_HEADER in lines[i].text and not lines[i - 1].text.lstrip().startswith("Exception ignored in")
+           for i in range(tail[0] + 1, len(lines))):
+        return False  # a traceback after the summary (not one Python ignores at exit)
     return not any(m.signature.name in ("rank-exit", "host-oom-kill") and m.line_index > tail[0] for m in matches)
 
 
@@ -467,7 +477,10 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)
-    said = library_message(lines, raised=not finished(lines, []))
+    done = finished(lines, [])
+    said = library_message(lines, raised=not done)
+    if said is not None and done and said[1].entry.kind not in ("raise", "assert"):
+        said = None  # a run that ended well: its routine warnings are no headline
     if said is not None:
         ln, found = said
         if found.entry.kind in ("raise", "assert"):  # a library's error message pasted without its exception's name

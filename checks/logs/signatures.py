@@ -146,6 +146,13 @@ def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
         args.append("--precision bf16")
     elif settings.get("fp16", "").lower() == "true":
         args.append("--precision fp16")
+    if ctx.launch == "trainer":
+        args.append("--launch trainer")
+    if ctx.grad_ckpt is False:
+        args.append("--no-grad-ckpt")
+    ckpt_note = (" The log does not say whether gradient checkpointing was on: estimate assumes it is; the Trainer's "
+                 "default is off (add --no-grad-ckpt unless your run enabled it)."
+                 if ctx.grad_ckpt is None and ctx.launch == "trainer" else "")
     nodes = ctx.nodes or 1
     per_node = ctx.per_node or (ctx.world_size // nodes if ctx.world_size and ctx.world_size % nodes == 0 else None)
     if per_node and per_node <= 1024:
@@ -163,7 +170,7 @@ def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
     return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
             f"Run {command} ({_printed(ctx, capacity, command)}) to see the peak and what to "
             f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
-            f"gradient accumulation, shorter sequences.{fragmented}")
+            f"gradient accumulation, shorter sequences.{ckpt_note}{fragmented}")
 
 
 def _printed(ctx, capacity: float | None, command: str) -> str:
@@ -233,6 +240,9 @@ def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
             if found:
                 rank = line.rank if line.rank is not None else _int(found.group("rank"), 6)
                 timed_out.setdefault(rank, found)
+    if not timed_out:  # the message wrapped over lines: the match's own (joined) line
+        timed_out[match.line.rank if match.line.rank is not None else _int(match.groups.group("rank"), 6)] = \
+            match.groups
     ranks = sorted(r for r in timed_out if r is not None)
     first = timed_out[ranks[0]] if ranks else match.groups
     op = first.group("op") or "?"
@@ -392,16 +402,28 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """A rank that ended with no error of its own in the log: its exit code, or the signal that killed it (a
+    negative code: -11 is SIGSEGV, a crash in native code)."""
     g = match.groups.groupdict()
     rank = g.get("rank") or g.get("rank2")
     code = g.get("code") or g.get("code2")
-    return f"rank {rank} exited with code {code}; no error of that rank is in this log", ""
+    sig = g.get("sig") or g.get("sig2") or (code[1:] if code and code.startswith("-") else None)
+    name = g.get("signame") or g.get("signame2") or SIGNAL_NAMES.get(_int(sig, 3) or 0, "")
+    who = f"rank {rank}" if rank else "a rank"
+    if sig:
+        how = f"{who} was killed by signal {sig}{' (' + name + ')' if name else ''}"
+        fix = ("No Python error: a signal ended the process. SIGSEGV/SIGABRT is a crash in native code (a CUDA "
+               "kernel, NCCL, a compiled op built for another torch or CUDA: rebuild the ops, match the versions, and "
+               "run with CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO to see where); SIGTERM came from outside (the "
+               "launcher after another rank failed, a scheduler).")
+        return f"{how}; no error of that rank is in this log", fix
+    return f"{who} exited with code {code}; no error of that rank is in this log", ""
 
 
 # --- a run stopped from outside: what stopped it, what the ranks were doing ------------------------------------
 
-SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 6: "SIGABRT", 9: "SIGKILL", 10: "SIGUSR1", 12: "SIGUSR2",
-                15: "SIGTERM"}
+SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+                9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 15: "SIGTERM"}
 SIGNAL_HOW = {"SIGINT": "a Ctrl-C", "SIGTERM": "a timeout (`timeout`, dsdoctor smoke's --timeout), a `kill` or the "
               "job scheduler", "SIGHUP": "the terminal closing", "SIGKILL": "a `kill -9` or the out-of-memory killer"}
 #: the launcher's own lines (torchrun's agent, DeepSpeed's launcher): not what the ranks were doing
@@ -504,9 +526,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:Name or service not known|failure in name resolution)", _first_line, "dsdoctor env"),
     # the store's "[W socket.cpp] ... failed to connect" retries are normal while the master starts: only the error
     # that ends them is a failure
-    _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients"),
+    _sig("rendezvous-unreachable", "NET410", ("failed to connect", "waiting for clients", "trying to connect to"),
          r"(?:DistNetworkError|DistStoreError|RuntimeError|TimeoutError|ConnectionError)\b[^\n]{0,600}?"
-         r"(?:failed to connect|waiting for clients|Connection refused|No route to host|timed out)", _rendezvous,
+         r"(?:failed to connect|waiting for clients|Connection refused|No route to host|timed out)|"
+         # libtorch's TCPStore client (socket.cpp): "The client socket has timed out after 900s while trying to
+         # connect to (node-a, 29500)"
+         r"client socket has timed out after \d{1,9}s while trying to connect to", _rendezvous,
          "dsdoctor env", caught_note="on each node (MASTER_ADDR reachable)"),
     _sig("nccl-no-interface", "NET402", ("no socket interface found", "neither AF_INET"),
          r"no socket interface found|"
@@ -520,9 +545,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("batch-assertion", "DS102", "train_batch_size is not equal to",
          r"train_batch_size is not equal to micro_batch_per_gpu \* gradient_acc_step \* world_size\s{1,8}(\d+)\s{0,8}"
          r"!=\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)\s{0,8}\*\s{0,8}(\d+)", _batch, "dsdoctor check ds_config.json"),
-    _sig("auto-compare", "DS101", "not supported between instances of 'str'",
-         r"TypeError: '[<>=]{1,2}' not supported between instances of 'str' and '(?:int|float)'", _first_line,
-         "dsdoctor check ds_config.json --launch engine"),
+    # a string where DeepSpeed computes with a number: "auto" (or a quoted number) outside the Trainer's fill-in
+    _sig("auto-compare", "DS101", ("not supported between instances of", "unsupported operand type"),
+         r"TypeError: '[<>=]{1,2}' not supported between instances of (?:'str' and '(?:int|float)'|'(?:int|float)' "
+         r"and 'str')|TypeError: unsupported operand type\(s\) for [-+*/]{1,2}: (?:'str' and '(?:str|int|float)'|"
+         r"'(?:int|float)' and 'str')", _first_line, "dsdoctor check ds_config.json --launch engine"),
     _sig("auto-multiply", "DS101", "non-int of type 'str'",
          r"can't multiply sequence by non-int of type 'str'", _first_line, "dsdoctor check ds_config.json --launch engine"),
     _sig("auto-convert", "DS101", ("'auto'", "got auto"),
@@ -534,8 +561,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "dsdoctor check ds_config.json --launch trainer --hf-args args.json"),
     _sig("cuda-oom", "MEM501", "out of memory",
          r"(?:OutOfMemoryError|RuntimeError): CUDA out of memory|CUDA error: out of memory", _oom, "dsdoctor estimate"),
-    _sig("host-oom-kill", "MEM504", ("-9", "Signal 9"),
-         r"--local_rank=(?P<rank2>\d{1,6})'\] exits with return code = -9|exits with return code = -9|"
+    _sig("host-oom-kill", "MEM504", ("-9", "Signal 9", "SIGKILL: 9", "Killed"),
+         r"--local_rank=(?P<rank2>\d{1,6})'(?:, [^\]\n]{0,400})?\] exits with return code = -9|"
+         r"exits with return code = -9|died with <Signals\.SIGKILL: 9>|^Killed\s{0,3}$|"
          r"failed \(exitcode: -9\) local_rank: (?P<rank3>\d{1,6}) \(pid: (?P<pid3>\d{1,10})\)|"
          r"Signal 9 \(SIGKILL\) received by PID (?P<pid>\d{1,10})|"
          r"exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
@@ -669,9 +697,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),
          r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check ds_config.json"),
-    _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode"),
-         r"--local_rank=(?P<rank2>\d{1,6})'?\] exits with return code = (?P<code2>[1-9]\d{0,3})(?!\d)|"
-         r"failed \(exitcode: (?P<code>[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)", _rank_exit,
+    _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode", "received by PID", "died with <Signals."),
+         r"--local_rank=(?P<rank2>\d{1,6})'?(?:, [^\]\n]{0,400})?\] exits with return code = (?P<code2>-?(?!9(?!\d))[1-9]\d{0,3})"
+         r"(?!\d)|failed \(exitcode: (?P<code>-?(?!9(?!\d))[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)|"
+         r"Signal (?P<sig>(?!9 )\d{1,2}) \((?P<signame>SIG\w{2,8})\) received by PID|"
+         r"died with <Signals\.(?P<signame2>SIG(?!KILL)\w{2,8}): (?P<sig2>\d{1,2})>", _rank_exit,
          consequence=True),
     _sig("nccl-error", "NET408", "NCCL error",
          r"NCCL error in: [^\n]{0,400}?(?:unhandled system error|unhandled cuda error|internal error|"

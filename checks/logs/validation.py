@@ -70,7 +70,8 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
     if not fields:
         after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
                  if ln.rank == match.line.rank][:2]
-        return where_ + text[:300] + ": " + " ".join(after)[:240], ""
+        return (where_ + text[:300] + ": " + " ".join(after)[:240], "",
+                {"title": "DeepSpeed's config models refused the config"})
     shown = "; ".join(f"{f['field']}" + (f" = {f['value']}" if f["value"] is not None else "")
                       + (f" ({f['input_type']})" if f["input_type"] else "") + f": {f['message']} [{f['rule']}]"
                       for f in fields)
@@ -84,7 +85,8 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
     since = _float_refused_since() if any(f["type"] == "int_from_float" for f in fields) else ""
     rules = {f["rule"] for f in fields}
     # every field for one rule of check's: the finding is that rule's (a float for an int field is DS137)
-    extra = {"rule": rules.pop()} if len(rules) == 1 and "DS199" not in rules else {}
+    extra = {"rule": rules.pop()} if len(rules) == 1 and "DS199" not in rules else \
+        {"title": "DeepSpeed's config models refused the config (each field's rule in the evidence)"}
     return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:], extra
 
 

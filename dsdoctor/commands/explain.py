@@ -441,14 +441,27 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
         raise DsdoctorError(f"{len(sources):,} logs given; explain reads at most {MAX_FILES:,} (one run's ranks)")
     if sources.count("-") > 1:
         raise DsdoctorError("- (stdin) is given more than once")
+    if len(sources) > 1:  # the same file named twice (rank0.log and ./rank0.log) is read once
+        unique = {}
+        for source in sources:
+            unique.setdefault(source if source == "-" else os.path.realpath(os.path.expanduser(source)), source)
+        sources = list(unique.values())
     several = len(sources) > 1
     budget = MAX_BYTES if not several else min(MAX_BYTES, max(MIN_FILE_BYTES, MAX_TOTAL_BYTES // len(sources)))
     head_bytes = HEAD_BYTES * budget // MAX_BYTES
-    streams, skipped_of, reports = [], {}, []
+    streams, skipped_of, reports, empty = [], {}, [], []
     outside = 0  # non-empty lines outside the reports found
     first_skipped = None
     for number, source in enumerate(sources):
-        text, skipped = read_log(source, budget, head_bytes)
+        try:
+            text, skipped = read_log(source, budget, head_bytes)
+        except DsdoctorError as exc:
+            # torchrun's --log-dir holds an empty stdout.log beside each stderr.log: one empty file of several is
+            # skipped (and said), never the end of the run's diagnosis
+            if not several or not str(exc).endswith("is empty: nothing to explain"):
+                raise
+            empty.append(shown(source))
+            continue
         name = "stdin" if source == "-" else shown(source)
         lines = read_lines(text, skipped, rank=None if source == "-" else rank_of_file(source),
                            source=name if several else None)
@@ -462,8 +475,12 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
             skipped_of[name] = skipped
             first_skipped = skipped if number == 0 else first_skipped
         streams.append(lines)
+    if not streams:
+        raise DsdoctorError(f"{', '.join(empty[:5])}: every log given is empty: nothing to explain")
     merged = merge(streams)
     findings, result = explain_text(merged, first_skipped if not several else None)
+    if empty:
+        result["empty_files"] = empty
     if reports and findings[0].id == LOG800.id and outside <= REPORT_OTHER_LINES:  # a report, no log around it
         raise _report_error(*reports[0])
     if several:
