@@ -15,7 +15,8 @@ from dsdoctor.rules import Rule, catalogue
 
 from .context import localize, run_context
 from .lines import PROGRESS, Line, read_lines
-from .origin import OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message
+from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message,
+                     mentioned_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
@@ -438,7 +439,9 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          r"\b(?:[Ff]atal|FATAL)\b|\bFAILED\b|\bERROR\b|[Ee]xit(?:ed|s)? (?:with )?(?:status|code|"
                          r"return code)\s{0,3}=?\s{0,3}-?[1-9]|"
                          # a traceback's tail pasted alone: a frame, or the raise or assert it quotes
-                         r"^\s*File \"[^\"\n]{1,500}\", line \d{1,7}, in |(?:^|\s)raise [A-Z]\w{0,80}\(|^\s*assert\s")
+                         r"^\s*File \"[^\"\n]{1,500}\", line \d{1,7}, in |(?:^|\s)raise [A-Z]\w{0,80}\(|^\s*assert\s|"
+                         # argparse's refusal (its exit code 2): "train.py: error: the following arguments are ..."
+                         r"^[\w./-]{1,200}\.py: error: ")
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
 
@@ -473,7 +476,8 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         exceptions = [i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
                       (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))]
         origin = (failure_origin(lines, exceptions[0], lines[exceptions[0]].rank) if exceptions else None) or \
-            frame_origin(lines)
+            frame_origin(lines) or next((o for o in (mentioned_origin(ln.text) for ln in failing[:MAX_LOOKUPS]
+                                                    if ".py" in ln.text) if o), None)
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)

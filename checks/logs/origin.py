@@ -85,6 +85,8 @@ def describe_frame(origin: dict) -> str:
         return f"the exception is {who}{origin['file']}'s (its qualified name)"
     if origin["from"] == "class":
         return f"the object is {who}class defined in {origin['file']}, {origin['versions']}"
+    if origin["from"] == "mention":
+        return f"the line names {who}{origin['file']}"
     code = f": `{origin['code']}`" if origin["code"] else ""
     return (f"stopped in {who}{origin['file']} ({origin['function']}), line {origin['line']}{code} (the traceback's "
             f"innermost frame)")
@@ -112,12 +114,36 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
     frame outside the standard library; None when the log says none of them."""
     from dsdoctor.messages.catalogue import class_origin
 
+    from dsdoctor.messages.catalogue import class_defined_by
+
     text = lines[index].text
     origin = exception_origin(text)
-    if origin is None and "object " in text:
-        named = OBJECT_CLASS.search(text)
-        origin = class_origin(named.group("cls")) if named else None
-    return origin or frame_origin(lines, index, rank)
+    if origin is not None:
+        return origin
+    named = OBJECT_CLASS.search(text) if "object " in text else None
+    by_class = class_origin(named.group("cls")) if named else None
+    if by_class is not None and class_defined_by(named.group("cls")) == 1 and \
+            any(by_class["package"] in ln.text.lower() for ln in lines[:20000]):
+        # one package defines it and the log names that package (the class's own name may: 'DeepSpeedZeroOptimizer'):
+        # its origin, whatever frames the paste kept (torch's autograd engine ran DeepSpeed's hook)
+        return by_class
+    return frame_origin(lines, index, rank) or by_class  # an 'AdamW' of a package the log never names: the frame
+
+
+#: a path of a Python file in a line (a URL to it, a message naming it)
+PATH_MENTION = re.compile(r"(?P<path>[\w.-]{0,100}(?:/[\w.-]{1,100}){1,20}\.py)\b")
+
+
+def mentioned_origin(text: str) -> dict | None:
+    """The package file a failure line names outright (``KeyError: 'PDSH_SSH_ARGS_APPEND' in https://github.com/
+    microsoft/DeepSpeed/blob/master/deepspeed/launcher/multinode_runner.py#L77``), when the path holds a package dsdoctor
+    knows; else None."""
+    for found in PATH_MENTION.finditer(text):
+        package, file = _package(found.group("path"))
+        if package:
+            return {"package": package, "file": file, "function": None, "line": None, "code": "",
+                    "from": "mention"}
+    return None
 
 
 #: where NCCL says its message comes from: ``include/shm.h:48 NCCL WARN ...`` (its own file and line)

@@ -385,6 +385,31 @@ def _never_built(match: Match, lines: list[Line]) -> tuple[str, str]:
             f"DS_BUILD_CPU_{op.upper()}=1 pip install deepspeed --no-cache-dir.")
 
 
+def _required(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    g = match.groups
+    found = g.group("found").rstrip(".")
+    return (_where(match) + f"{g.group('req')} is required, {found} is installed",
+            f"pip install '{g.group('req')}' (the range the training code pins), or a release of that code made for "
+            f"{found}.", {"title": "an installed version outside the range the training code requires"})
+
+
+#: the deepspeed launcher's echo of each rank's command (deepspeed/launcher/launch.py main)
+SPAWNED_LOCAL_RANK = re.compile(r"spawned with command: \[[^\]\n]{0,600}?'--local_rank=\d{1,6}'")
+
+
+def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    """argparse's ``prog: error: ...`` (its exit code 2): ENV331 when the deepspeed launcher started the script (it
+    inserts --local_rank=N before the user's arguments), else the parser's refusal as it is (LOG810)."""
+    launched = re.search(r"--local[_-]rank", match.groups.group("msg")) or \
+        any("--local_rank=" in ln.text and SPAWNED_LOCAL_RANK.search(ln.text) for ln in lines[:20000])
+    evidence = _where(match) + match.line.text.strip()[:300]
+    if launched:
+        return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
+                "arguments)", "", {})
+    return evidence, "Give the arguments the script's parser asks for (its usage line is above the error).", \
+        {"rule": "LOG810", "title": "the script's argument parser refused its command line"}
+
+
 def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
     return (_where(match) + match.line.text.strip()[:200] + ": DeepSpeed's config code of pydantic 1's API "
             "(runtime/config_utils.py) runs under pydantic 2",
@@ -406,10 +431,13 @@ def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
     negative code: -11 is SIGSEGV, a crash in native code)."""
     g = match.groups.groupdict()
     rank = g.get("rank") or g.get("rank2")
-    code = g.get("code") or g.get("code2")
+    code = g.get("code") or g.get("code2") or g.get("code4")
     sig = g.get("sig") or g.get("sig2") or (code[1:] if code and code.startswith("-") else None)
     name = g.get("signame") or g.get("signame2") or SIGNAL_NAMES.get(_int(sig, 3) or 0, "")
     who = f"rank {rank}" if rank else "a rank"
+    if name == "SIGBUS":  # shared memory exhausted: /dev/shm (Docker's 64 MB) under NCCL or DataLoader workers
+        return (f"{who} was killed by signal {sig} (SIGBUS): a shared-memory segment could not be backed; no error of "
+                f"that rank is in this log", "", {"rule": "ENV312"})
     if sig:
         how = f"{who} was killed by signal {sig}{' (' + name + ')' if name else ''}"
         fix = ("No Python error: a signal ended the process. SIGSEGV/SIGABRT is a crash in native code (a CUDA "
@@ -662,6 +690,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "dsdoctor env", caught_note="(run with the job's python: the fine-tuning stack it imports)"),
     _sig("op-abi", "ENV317", imports.OP_ABI_NEEDLES, imports.OP_ABI, imports.op_abi, "dsdoctor env --deep",
          caught_note="(each DeepSpeed op against the installed torch)"),
+    # transformers' require_version (utils/versions.py), which LLaMA-Factory and others call for their pins
+    _sig("version-required", "ENV310", "is required for a normal functioning of this module",
+         r"(?P<req>[\w.-]{1,80}[<>=!~][^\s,]{1,40}(?:,[<>=!~][^\s,]{1,40}){0,3}) is required for a normal functioning of "
+         r"this module, but found (?P<found>[\w.-]{1,80}==[\w.+-]{1,40})", _required),
     _sig("import-error", "ENV310", imports.VERSION_MISMATCH_NEEDLES, imports.VERSION_MISMATCH,
          imports.version_mismatch, "dsdoctor env", caught_note="(the installed versions and those known to break "
                                                                "each other)"),
@@ -680,6 +712,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"element 0 of tensors does not require grad and does not have a grad_fn", _first_line,
          "dsdoctor smoke --model PATH --method lora",
          caught_note="(the reference trainer enables input grads under checkpointing)"),
+    # a script's argparse refusing its command line: the launcher's --local_rank before the user's own arguments
+    _sig("argparse-error", "ENV331", ".py: error: ",
+         r"^[\w./-]{1,200}\.py: error: (?P<msg>[^\n]{1,300})$", _argparse),
     _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser"),
          r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank|"
          r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank", _first_line),
@@ -697,8 +732,9 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),
          r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check ds_config.json"),
-    _sig("rank-exit", "LOG806", ("exits with return code", "failed (exitcode", "received by PID", "died with <Signals."),
+    _sig("rank-exit", "LOG806", ("exits with return", "failed (exitcode", "received by PID", "died with <Signals."),
          r"--local_rank=(?P<rank2>\d{1,6})'?(?:, [^\]\n]{0,400})?\] exits with return code = (?P<code2>-?(?!9(?!\d))[1-9]\d{0,3})"
+         r"(?!\d)|sigkill_handler\]\s{0,3}exits with return(?: code)?\s{0,3}=?\s{0,3}(?P<code4>-?(?!9(?!\d))[1-9]\d{0,3})"
          r"(?!\d)|failed \(exitcode: (?P<code>-?(?!9(?!\d))[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)|"
          r"Signal (?P<sig>(?!9 )\d{1,2}) \((?P<signame>SIG\w{2,8})\) received by PID|"
          r"died with <Signals\.(?P<signame2>SIG(?!KILL)\w{2,8}): (?P<sig2>\d{1,2})>", _rank_exit,

@@ -155,6 +155,22 @@ def _classes() -> dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def _class_counts() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for package in PACKAGES:
+        path = HERE / f"{package}.json"
+        if path.exists():
+            for name in json.loads(path.read_text()).get("classes", {}):
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def class_defined_by(name: str) -> int:
+    """How many mined packages define a module-level class ``name`` (``AdamW``: several)."""
+    return _class_counts().get(name, 0)
+
+
 def class_origin(name: str) -> dict | None:
     """Where class ``name`` is defined, as mined (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
     DeepSpeed's ops/adam/cpu_adam.py): ``{"package", "file", "versions", "from": "class"}``, or None."""

@@ -34,7 +34,7 @@ SCOPE = {
     "transformers": ("integrations/deepspeed.py", "trainer.py", "modeling_utils.py", "training_args.py",
                      "dynamic_module_utils.py", "integrations/peft.py", "trainer_utils.py", "trainer_pt_utils.py",
                      "utils/import_utils.py", "modeling_flash_attention_utils.py", "data/data_collator.py",
-                     "configuration_utils.py", "tokenization_utils_base.py"),
+                     "configuration_utils.py", "tokenization_utils_base.py", "hf_argparser.py", "utils/versions.py"),
     "peft": ("",),
     "accelerate": ("accelerator.py", "state.py", "utils/", "commands/launch.py", "commands/config/", "data_loader.py",
                    "checkpointing.py", "big_modeling.py"),
