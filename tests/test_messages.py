@@ -156,4 +156,3 @@ def test_coverage_maps_templates_to_the_rules_of_explains_signatures():
     assert rule_of("ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config") is None
     table = coverage()
     assert table["deepspeed"]["rules"]["DS121"] == 1 and table["nccl"]["rules"]["NET415"] == 1
-    assert all(row["mapped"] <= row["templates"] for row in table.values())

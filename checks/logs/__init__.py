@@ -31,14 +31,14 @@ from __future__ import annotations
 from .findings import (BUILD_DONE, BUILD_ROOT, BUILD_SIGNATURE, BUILD_STEP, C10D_WARNING, CASCADE, CONTINUES, ERRORISH,
                        FINISHED, MAX_MATCHES, MAX_PER_SIGNATURE, PYTHON_VERSION, SURVIVAL_LINES, TRACEBACK_HEADER,
                        build_in_flight, explain, explained, failures, finished, pitfall_findings, scan, survived)
-from .lines import ANSI, CLOCK, HOST_FOLLOWER, LINE_CHARS, PREFIX, PROGRESS, Line, clock, merge, read_lines
-from .context import RunContext, localize, run_context
+from .lines import (ANSI, CLOCK, EXCEPTION_NAME, HOST_FOLLOWER, LINE_CHARS, PREFIX, PROGRESS, PYTHON_ERROR, Line, clock,
+                    merge, read_lines)
+from .context import DS_SETTING, RunContext, localize, run_context
 from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG807, LOG808, LOG809, LOG810, LOG811, LOG812
-from .context import DS_SETTING
 from .toolchain import ARCH_LIST, COMPILER_ERROR
-from .signatures import (EXCEPTION_NAME, GIB, LAUNCHER, MAX_WORLD, NCCL_USING,
+from .signatures import (GIB, LAUNCHER, MAX_WORLD, NCCL_USING,
                          NEEDLES, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED,
-                         PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, STORE_RETRY,
+                         PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, STORE_RETRY,
                          WORLD_SIZE, Match, Signature)
 
 __all__ = [

@@ -14,12 +14,12 @@ from dsdoctor.report import Finding
 from dsdoctor.rules import Rule, catalogue
 
 from .context import localize, run_context
-from .lines import PROGRESS, Line, read_lines
+from .lines import EXCEPTION_NAME, PROGRESS, PYTHON_ERROR, WRAP_MIN, Line, continued, joined, read_lines
 from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message,
                      mentioned_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
-from .signatures import (EXCEPTION_NAME, NEEDLES, PYTHON_ERROR, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
+from .signatures import (NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
                          SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
 
 #: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
@@ -124,32 +124,14 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
     return matches, lines
 
 
-#: a line shorter than this is no wrapped message's first part (terminals and editors wrap at 80 columns or more; a
-#: rank prefix takes some of them)
-WRAP_MIN = 30
-#: continuation lines of one wrapped message joined at most
-WRAP_LINES = 4
-#: a log record's own start (a timestamp, glog's "E0512 10:45:12"): no continuation
-CLOCK_START = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:|[IWEF]\d{4} \d\d:\d\d:")
-
-
 def _unwrapped(lines: list[Line], index: int) -> list[str] | None:
-    """``lines[index]`` joined with the lines that continue it (up to :data:`WRAP_LINES` more: a message wrapped at
-    the terminal's width, whose continuations carry no rank prefix and no indentation), when the joined text holds a
-    signature's needle: each join as a terminal wraps (no space added) and as an editor wraps at a space (one added);
-    the caller keeps only matches that start in the first line and end after it. None otherwise."""
-    line = lines[index]
-    parts = [line.text]
-    for after_line in lines[index + 1:index + 1 + WRAP_LINES]:
-        after = after_line.text
-        if after_line.rank not in (line.rank, None) or not after or after[:2].isspace() or \
-                after.lstrip().startswith(("Traceback", "File \"", "[")) or PYTHON_ERROR.match(after) or \
-                CLOCK_START.match(after) or len(parts[-1]) < WRAP_MIN:
-            break  # an indented line, a new block or log line, an exception, or the last line was not full
-        parts.append(after)
-    if len(parts) == 1 or NEEDLES.search("".join(parts), max(0, len(line.text) - 200)) is None:
+    """The texts ``lines[index]`` may have been before the terminal wrapped it (:func:`.lines.continued`,
+    :func:`.lines.joined`), when they hold a signature's needle near the first line's end; the caller keeps only
+    matches that start in the first line and end after it. None otherwise."""
+    parts = continued(lines, index)
+    if len(parts) == 1 or NEEDLES.search("".join(parts), max(0, len(parts[0]) - 200)) is None:
         return None
-    return [glue.join(parts[:n]) for n in range(2, len(parts) + 1) for glue in ("", " ")]
+    return joined(parts)
 
 
 #: A traceback's own lines after its exception line: its message continued (tab-indented, as state_dict's size
@@ -461,8 +443,8 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     a library's own warning in a log that shows no failure (LOG811), or LOG800 for a log that shows no failure or a
     run that finished (:func:`finished`: a handled exception, one ignored at exit, a retried NCCL connection are no
     failure). Also the origin (:mod:`.origin`) or None."""
-    failing = [] if finished(lines, []) else [ln for ln in lines if FAILED_LINE.search(ln.text)
-                                              and not CASCADE.search(ln.text)]
+    done = finished(lines, [])
+    failing = [] if done else [ln for ln in lines if FAILED_LINE.search(ln.text) and not CASCADE.search(ln.text)]
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         found = _catalogued(ln.text)
         if found is not None and found.entry.kind not in ("nccl-info",):
@@ -473,15 +455,14 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
-        exceptions = [i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
-                      (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))]
-        origin = (failure_origin(lines, exceptions[0], lines[exceptions[0]].rank) if exceptions else None) or \
+        first = next((i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
+                      (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))), None)
+        origin = (failure_origin(lines, first, lines[first].rank) if first is not None else None) or \
             frame_origin(lines) or next((o for o in (mentioned_origin(ln.text) for ln in failing[:MAX_LOOKUPS]
                                                     if ".py" in ln.text) if o), None)
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)
-    done = finished(lines, [])
     said = library_message(lines, raised=not done)
     if said is not None and done and said[1].entry.kind not in ("raise", "assert"):
         said = None  # a run that ended well: its routine warnings are no headline

@@ -148,3 +148,42 @@ def merge(streams: list[list[Line]]) -> list[Line]:
         return ((t, i, n, line) for n, (t, line) in enumerate(zip(keyed[i], streams[i])))
 
     return [item[3] for item in heapq.merge(*(keys(i) for i in range(len(streams))))]
+
+
+#: A Python exception's (dotted) name, as a traceback's last line starts.
+EXCEPTION_NAME = (r"(?:[A-Za-z_]\w{0,80}\.){0,12}"
+                  r"(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)")
+#: The last line of a Python traceback: an exception's (dotted) name and its message.
+PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
+#: a line shorter than this is no wrapped message's first part, nor a middle one (terminals and editors wrap at 80
+#: columns or more; a rank prefix takes some of them)
+WRAP_MIN = 30
+#: continuation lines of one wrapped message joined at most
+WRAP_LINES = 4
+#: a log record's own start (a timestamp, glog's "E0512 10:45:12"): no continuation
+CLOCK_START = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:|[IWEF]\d{4} \d\d:\d\d:")
+
+
+def continued(lines: list[Line], index: int, most: int = WRAP_LINES) -> list[str]:
+    """``lines[index]``'s text and those of the lines that continue it (at most ``most``): a message the terminal
+    wrapped at its width, whose continuations carry no rank prefix of another rank, no indentation and are no new
+    block (a traceback, a frame, a bracketed or timestamped log record, an exception line); each line before a
+    continuation is at least :data:`WRAP_MIN` characters (a wrapped line is full). One part when nothing continues
+    it."""
+    line = lines[index]
+    parts = [line.text]
+    for after_line in lines[index + 1:index + 1 + most]:
+        after = after_line.text
+        if after_line.rank not in (line.rank, None) or not after or after[:2].isspace() or \
+                after.lstrip().startswith(("Traceback", "File \"", "[")) or PYTHON_ERROR.match(after) or \
+                CLOCK_START.match(after) or len(parts[-1]) < WRAP_MIN:
+            break
+        parts.append(after)
+    return parts
+
+
+def joined(parts: list[str]) -> list[str]:
+    """The texts a wrapped message may have been: its first 2, 3, ... parts joined as a terminal wraps (no space
+    added) and as an editor wraps at a space (one added)."""
+    return [glue.join(parts[:n]) for n in range(2, len(parts) + 1) for glue in ("", " ")]
+

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .lines import Line
+from .lines import Line, continued, joined
 
 #: a traceback's frame line (``traceback.format_list``: ``  File "PATH", line N, in NAME``)
 FRAME = re.compile(r"File \"(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), in (?P<func>[^\s]{1,120})")
@@ -112,9 +112,7 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
     """Where the exception at ``lines[index]`` comes from, most specific first: its qualified name's module, the
     library class its message names (:func:`dsdoctor.messages.catalogue.class_origin`), the traceback's innermost
     frame outside the standard library; None when the log says none of them."""
-    from dsdoctor.messages.catalogue import class_origin
-
-    from dsdoctor.messages.catalogue import class_defined_by
+    from dsdoctor.messages.catalogue import class_defined_by, class_origin
 
     text = lines[index].text
     origin = exception_origin(text)
@@ -171,7 +169,7 @@ def library_message(lines: list[Line], raised: bool = True):
     """The first line of ``lines`` (of its last 200, and of those that say they warn) that is a library's own message
     as a whole, as (line, Found), or None: a message it raises or asserts (pasted bare: "Model data type and gradient
     accumulation data type must be equal to use ZeRO") when ``raised``, else, or when none is, a warning it logs,
-    warns or prints (not a deprecation). A line wrapped onto the next (a long line whose next is no new log line) is
+    warns or prints (not a deprecation). A line the terminal wrapped onto the next (:func:`.lines.continued`) is
     looked up joined with it too."""
     from dsdoctor.messages.catalogue import lookup
 
@@ -182,7 +180,7 @@ def library_message(lines: list[Line], raised: bool = True):
         text = lines[index].text
         if len(text.strip()) < 12:
             continue
-        for candidate in _with_next(lines, index):
+        for candidate in [text] + joined(continued(lines, index, most=1)):
             found = lookup(candidate[:2000])
             if found is None or not found.whole:
                 continue
@@ -196,15 +194,3 @@ def library_message(lines: list[Line], raised: bool = True):
                 continue
             warned = warned or (lines[index], found)
     return warned
-
-
-def _with_next(lines: list[Line], index: int) -> list[str]:
-    """``lines[index]``, and joined with the next line of its rank as a terminal and as an editor wrap it, when the
-    line is long and the next continues it (not indented, not a new log line or traceback)."""
-    text = lines[index].text
-    out = [text]
-    if len(text) >= 60 and index + 1 < len(lines) and lines[index + 1].rank in (lines[index].rank, None):
-        after = lines[index + 1].text
-        if after and not after[:1].isspace() and not after.startswith(("Traceback", "File \"", "[")):
-            out += [text + after, text + " " + after]
-    return out

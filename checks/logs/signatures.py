@@ -19,7 +19,7 @@ from . import imports, precision
 from .toolchain import arch as _arch, build as _build
 from .validation import describe as _validation
 from .context import RunContext, localize, run_context
-from .lines import PROGRESS, Line, clock, where
+from .lines import PROGRESS, PYTHON_ERROR, Line, clock, where
 
 #: the largest world size a log's number is taken as (a larger one is not used to list ranks)
 MAX_WORLD = 1 << 20
@@ -777,10 +777,6 @@ def candidates(text: str) -> list[Signature]:
         return [SIGNATURES[i] for i in NEEDLE_SIGNATURES[found.pop()]]
     return [SIGNATURES[i] for i in sorted({i for n in found for i in NEEDLE_SIGNATURES[n]})]
 #: An exception's (dotted) name, as a traceback's last line starts
-EXCEPTION_NAME = (r"(?:[A-Za-z_]\w{0,80}\.){0,12}"
-                  r"(?P<exc>(?:[A-Z]\w{0,80}?)?(?:Error|Exception)|StopIteration|SystemExit)")
-#: The last line of a Python traceback: an exception's (dotted) name and its message.
-PYTHON_ERROR = re.compile(EXCEPTION_NAME + r"(?::\s*(?P<message>.*))?$")
 
 
 def _python_error(match: Match, lines: list[Line]) -> tuple[str, str]:

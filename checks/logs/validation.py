@@ -94,14 +94,9 @@ def _float_refused_since() -> str:
     """Where DeepSpeed's config models began refusing a float for an int field, from the versions its message
     catalogue was mined from (``stats.<version>.config_pydantic``, :func:`dsdoctor.messages.generate.config_pydantic`):
     pydantic 1's API truncated the float, pydantic 2 refuses it ("int_from_float")."""
-    import json
+    from dsdoctor.messages.catalogue import catalogues
 
-    from dsdoctor.messages.catalogue import HERE
-
-    try:
-        stats = json.loads((HERE / "deepspeed.json").read_text())["stats"]
-    except (OSError, ValueError, KeyError):
-        return ""
+    stats = catalogues().get("deepspeed", {}).get("stats", {})
     one = [v for v, s in stats.items() if s.get("config_pydantic") == 1]
     two = [v for v, s in stats.items() if s.get("config_pydantic") == 2]
     if not one or not two:

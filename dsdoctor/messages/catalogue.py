@@ -124,15 +124,23 @@ def _generic(entry: Entry) -> bool:
 
 
 @functools.lru_cache(maxsize=1)
+def catalogues() -> dict[str, dict]:
+    """{package: its shipped catalogue as written by :mod:`dsdoctor.messages.generate`}, each file read once per
+    process (about 3 MB in all), in :data:`PACKAGES` order; a missing file is left out."""
+    out = {}
+    for package in PACKAGES:
+        path = HERE / f"{package}.json"
+        if path.exists():
+            out[package] = json.loads(path.read_text())
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def entries() -> tuple[Entry, ...]:
     """Every template of every shipped catalogue, but those that only repeat an interpreter's message
     (:func:`builtin_messages`)."""
     out = []
-    for package in PACKAGES:
-        path = HERE / f"{package}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
+    for package, data in catalogues().items():
         versions = tuple(data["versions"])
         for t in data["templates"]:
             out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
@@ -141,43 +149,28 @@ def entries() -> tuple[Entry, ...]:
 
 
 @functools.lru_cache(maxsize=1)
-def _classes() -> dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
-    """{class name: (package, file, its versions, the versions mined)} of every shipped catalogue; a name defined by
-    several packages is the first's in :data:`PACKAGES` (the library nearest the user's code)."""
+def _classes() -> dict[str, list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]]:
+    """{class name: [(package, file, its versions, the versions mined), ...]} of every shipped catalogue, the packages
+    in :data:`PACKAGES` order (the library nearest the user's code first)."""
     out: dict = {}
-    for package in PACKAGES:
-        path = HERE / f"{package}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
+    for package, data in catalogues().items():
         for name, c in data.get("classes", {}).items():
-            out.setdefault(name, (package, c["file"], tuple(c["versions"]), tuple(data["versions"])))
+            out.setdefault(name, []).append((package, c["file"], tuple(c["versions"]), tuple(data["versions"])))
     return out
-
-
-@functools.lru_cache(maxsize=1)
-def _class_counts() -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for package in PACKAGES:
-        path = HERE / f"{package}.json"
-        if path.exists():
-            for name in json.loads(path.read_text()).get("classes", {}):
-                counts[name] = counts.get(name, 0) + 1
-    return counts
 
 
 def class_defined_by(name: str) -> int:
     """How many mined packages define a module-level class ``name`` (``AdamW``: several)."""
-    return _class_counts().get(name, 0)
+    return len(_classes().get(name, ()))
 
 
 def class_origin(name: str) -> dict | None:
-    """Where class ``name`` is defined, as mined (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
+    """Where class ``name`` is defined, as mined (the first package of :data:`PACKAGES` that defines it) (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
     DeepSpeed's ops/adam/cpu_adam.py): ``{"package", "file", "versions", "from": "class"}``, or None."""
     found = _classes().get(name)
-    if found is None:
+    if not found:
         return None
-    package, file, versions, mined = found
+    package, file, versions, mined = found[0]
     span = Entry(package, "", "", (), file, 0, "", versions, mined).version_span()
     return {"package": package, "file": file, "function": None, "versions": span, "from": "class"}
 
@@ -229,9 +222,4 @@ def lookup(text: str) -> Found | None:
 
 def catalogue_versions() -> dict[str, tuple[str, ...]]:
     """{package: the versions its shipped catalogue was mined from}."""
-    out = {}
-    for package in PACKAGES:
-        path = HERE / f"{package}.json"
-        if path.exists():
-            out[package] = tuple(json.loads(path.read_text())["versions"])
-    return out
+    return {package: tuple(data["versions"]) for package, data in catalogues().items()}

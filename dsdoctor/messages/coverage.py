@@ -10,10 +10,9 @@ matches is still named by its origin (LOG809).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
-from dsdoctor.messages.catalogue import HERE, NAMES, PACKAGES
+from dsdoctor.messages.catalogue import NAMES, catalogues
 
 #: what fills a placeholder
 FILL = "0"
@@ -33,11 +32,7 @@ def coverage() -> dict[str, dict]:
     """{package: {"templates", "versions", "by_kind": {kind: n}, "mapped", "by_family": {prefix: n},
     "rules": {rule: n}}} over the shipped catalogues."""
     out = {}
-    for package in PACKAGES:
-        path = HERE / f"{package}.json"
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
+    for package, data in catalogues().items():
         kinds, families, rules = Counter(), Counter(), Counter()
         for t in data["templates"]:
             kinds[t["kind"]] += 1
