@@ -659,3 +659,13 @@ def test_a_file_a_failure_line_names_is_its_origin():
     _, result = explain("get error: KeyError: 'PDSH_SSH_ARGS_APPEND' in https://github.com/microsoft/DeepSpeed/blob/"
                         "master/deepspeed/launcher/multinode_runner.py#L77\n")
     assert (result["origin"]["package"], result["origin"]["file"]) == ("deepspeed", "launcher/multinode_runner.py")
+
+
+def test_pydantic_2_under_deepspeeds_pydantic_1_config_code_names_the_mined_versions():
+    """DeepSpeed PR 3950's failure (cases/threads/c-07): the fix names, from the catalogue's per-version record of
+    runtime/config_utils.py, which mined DeepSpeed versions use pydantic 2."""
+    findings, _ = explain("  AttributeError: 'FieldInfo' object has no attribute 'field_info'\n")
+    assert findings[0].id == "ENV310"
+    assert findings[0].fix == ("pip install 'pydantic<2' for this DeepSpeed, or upgrade DeepSpeed (its config models "
+                               "use pydantic 2 in the versions dsdoctor mined 0.16.9, 0.19.8; 0.9.5, 0.12.6, 0.14.4 "
+                               "use pydantic 1's API).")

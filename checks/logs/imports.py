@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import re
 
+from .lines import where
+
 #: What a missing module's name is installed as, where pip's name differs from the import name (each from the
 #: package's own install instructions; a name not here is installed under its own name, pip normalising ``_``/``-``).
 PIP_NAMES = {
@@ -125,7 +127,7 @@ def pip_install(module: str) -> str:
 
 
 def _where(match) -> str:
-    return f"rank {match.line.rank}: " if match.line.rank is not None else ""
+    return where(match.line)
 
 
 def _line(match) -> str:

@@ -411,10 +411,14 @@ def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
 
 
 def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
+    from .validation import pydantic_versions
+
+    one, two = pydantic_versions()
+    mined = (f" (its config models use pydantic 2 in the versions dsdoctor mined {', '.join(two)}; "
+             f"{', '.join(one)} use pydantic 1's API)" if one and two else "")
     return (_where(match) + match.line.text.strip()[:200] + ": DeepSpeed's config code of pydantic 1's API "
             "(runtime/config_utils.py) runs under pydantic 2",
-            "pip install 'pydantic<2' for this DeepSpeed, or upgrade DeepSpeed (its config models use pydantic 2 "
-            "from the versions dsdoctor mined since 0.16.9; 0.12-0.14 work with either through deepspeed.pydantic_v1).")
+            f"pip install 'pydantic<2' for this DeepSpeed, or upgrade DeepSpeed{mined}.")
 
 
 def _where(match: Match) -> str:

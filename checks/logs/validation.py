@@ -90,15 +90,20 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
     return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:], extra
 
 
-def _float_refused_since() -> str:
-    """Where DeepSpeed's config models began refusing a float for an int field, from the versions its message
-    catalogue was mined from (``stats.<version>.config_pydantic``, :func:`dsdoctor.messages.generate.config_pydantic`):
-    pydantic 1's API truncated the float, pydantic 2 refuses it ("int_from_float")."""
+def pydantic_versions() -> tuple[list[str], list[str]]:
+    """(the mined DeepSpeed versions whose config models use pydantic 1's API, those that use pydantic 2), from the
+    message catalogue's ``stats.<version>.config_pydantic`` (:func:`dsdoctor.messages.generate.config_pydantic`)."""
     from dsdoctor.messages.catalogue import catalogues
 
     stats = catalogues().get("deepspeed", {}).get("stats", {})
-    one = [v for v, s in stats.items() if s.get("config_pydantic") == 1]
-    two = [v for v, s in stats.items() if s.get("config_pydantic") == 2]
+    return ([v for v, s in stats.items() if s.get("config_pydantic") == 1],
+            [v for v, s in stats.items() if s.get("config_pydantic") == 2])
+
+
+def _float_refused_since() -> str:
+    """Where DeepSpeed's config models began refusing a float for an int field (:func:`pydantic_versions`):
+    pydantic 1's API truncated the float, pydantic 2 refuses it ("int_from_float")."""
+    one, two = pydantic_versions()
     if not one or not two:
         return ""
     return (f" (DeepSpeed's config models take pydantic 2 in the versions mined {', '.join(two)}, which refuses a "
