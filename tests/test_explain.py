@@ -984,6 +984,24 @@ def test_a_traceback_tail_pasted_alone_is_a_failure_named_by_its_innermost_frame
     assert (result["origin"]["package"], result["origin"]["file"]) == ("llamafactory", "train/sft/workflow.py")
 
 
+def test_an_attribute_error_of_a_library_class_is_placed_at_its_frame_in_that_library():
+    """'BF16_Optimizer' object has no attribute 'fp16_groups' (DeepSpeed PR #4434's paste, cases/threads/i-07): the
+    class is defined in runtime/bf16_optimizer.py but DeepSpeed read the attribute in runtime/engine.py, the frame;
+    the paste begins inside the frame line (its `File "` cut off). A frame in another package (torch's autograd
+    running DeepSpeed's hook) still gives way to the class's own package."""
+    log = ('.env/lib/python3.11/site-packages/deepspeed/runtime/engine.py", line 3288, in _get_zero_param_shapes\n'
+           "    ) == 2 else self.optimizer.fp16_groups\n"
+           "AttributeError: 'BF16_Optimizer' object has no attribute 'fp16_groups'. Did you mean: 'bf16_groups'?\n")
+    _, result = explain(log)
+    assert (result["origin"]["package"], result["origin"]["file"], result["origin"]["function"],
+            result["origin"]["line"]) == ("deepspeed", "runtime/engine.py", "_get_zero_param_shapes", 3288)
+    hook = ('  File "/usr/lib/python3/site-packages/torch/autograd/graph.py", line 825, in _engine_run_backward\n'
+            "    return Variable._execution_engine.run_backward(\n"
+            "AttributeError: 'DeepSpeedZeroOptimizer_Stage3' object has no attribute 'ipg_index'\n")
+    _, result = explain(hook)
+    assert result["origin"]["package"] == "deepspeed" and result["origin"]["file"] == "runtime/zero/stage3.py"
+
+
 def test_a_library_warning_in_a_log_without_failure_is_named_with_its_origin():
     """DeepSpeed's launcher drops CUDA_VISIBLE_DEVICES when --num_gpus or --include is given (launcher/runner.py, a
     print: the job runs on other GPUs than chosen); no failure, so a warning (LOG811), exit 0."""

@@ -15,7 +15,10 @@ import re
 from .lines import Line, continued, joined
 
 #: a traceback's frame line (``traceback.format_list``: ``  File "PATH", line N, in NAME``)
-FRAME = re.compile(r"File \"(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), in (?P<func>[^\s]{1,120})")
+#: a traceback's frame line; a paste cut inside it keeps the path's tail (``.env/lib/python3.11/site-packages/
+#: deepspeed/runtime/engine.py", line 3288, in _get_zero_param_shapes``)
+FRAME = re.compile(r"(?:File \"|^\s{0,8}(?=[\w.~/-]{1,500}\.py\", line ))(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), "
+                   r"in (?P<func>[^\s]{1,120})")
 #: an installed package's file: ``.../site-packages/deepspeed/runtime/engine.py``
 SITE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w{0,60})/(?P<file>.{1,400})$")
 #: how far back from a failure's line its traceback's frames are looked for
@@ -57,7 +60,7 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
         if rank is not None and lines[index].rank not in (rank, None):
             continue
         text = lines[index].text
-        found = FRAME.search(text) if "File \"" in text else None
+        found = FRAME.search(text) if "\", line " in text else None
         if found:
             last = (index, found)
             if not STDLIB.search(found.group("path")):
@@ -120,12 +123,15 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
         return origin
     named = OBJECT_CLASS.search(text) if "object " in text else None
     by_class = class_origin(named.group("cls")) if named else None
+    frame = frame_origin(lines, index, rank)
+    if by_class is not None and frame is not None and frame["package"] == by_class["package"]:
+        return frame  # the class's own package raised it: the frame says where ('BF16_Optimizer' read in engine.py)
     if by_class is not None and class_defined_by(named.group("cls")) == 1 and \
             any(by_class["package"] in ln.text.lower() for ln in lines[:20000]):
         # one package defines it and the log names that package (the class's own name may: 'DeepSpeedZeroOptimizer'):
         # its origin, whatever frames the paste kept (torch's autograd engine ran DeepSpeed's hook)
         return by_class
-    return frame_origin(lines, index, rank) or by_class  # an 'AdamW' of a package the log never names: the frame
+    return frame or by_class  # an 'AdamW' of a package the log never names: the frame
 
 
 #: a path of a Python file in a line (a URL to it, a message naming it)
