@@ -258,6 +258,7 @@ class DsdoctorGroup(click.Group):
 #: so ``dsdoctor check`` does not pay for ``smoke``'s imports
 COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
             "estimate": "dsdoctor.commands.estimate", "explain": "dsdoctor.commands.explain",
+            "hang": "dsdoctor.commands.hang",
             "nccl": "dsdoctor.commands.nccl",
             "rules": "dsdoctor.commands.rules",
             "smoke": "dsdoctor.commands.smoke"}

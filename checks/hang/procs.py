@@ -1,0 +1,246 @@
+"""Finding a job's ranks on this node: the processes whose environment says which rank they are, their launcher,
+and the ranks that should be here but are not.
+
+Launchers give every rank its identity in the environment: torchrun and ``accelerate launch`` (through torchrun's
+elastic agent: ``torch/distributed/elastic/agent/server/api.py`` sets RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID), the deepspeed launcher
+(``deepspeed/launcher/launch.py``: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE), mpirun (Open MPI's
+OMPI_COMM_WORLD_RANK/LOCAL_RANK/SIZE), MPICH and srun (PMI_RANK; SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS inside an
+``srun`` step). A rank's children (DataLoader workers, compile workers) inherit that environment: only the topmost
+process of each rank is the rank. Read with psutil (``Process.environ()`` is the environment the process started
+with, ``/proc/PID/environ``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+#: (rank, local rank, world size, local world size) keys, in the order launchers are tried
+IDENTITY_KEYS = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE", "MPI_LOCALNRANKS"),
+)
+#: a launcher's command line: the process whose children are the ranks
+LAUNCHER = re.compile(r"(?:^|[/\s])(?:torchrun|deepspeed|accelerate|srun|mpirun|mpiexec|orterun|prterun)(?:\s|$)|"
+                      r"torch\.distributed\.(?:run|launch)|deepspeed\.launcher\.(?:launch|runner)|accelerate\.commands")
+#: a rank of this job: these keys of its environment are equal on every rank of one job
+JOB_KEYS = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+@dataclass
+class RankProcess:
+    """One rank's process: ``rank``/``local_rank`` from its environment (None when unset), ``world_size`` and
+    ``local_world_size`` (None when the launcher does not say), ``job``: the values of :data:`JOB_KEYS`."""
+
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    local_world_size: int | None
+    cmdline: str
+    job: tuple = ()
+    children: list[int] = field(default_factory=list)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if 0 <= number < 1_000_000 else None
+
+
+def identity(env: dict[str, str]) -> tuple[int, int | None, int | None, int | None] | None:
+    """(rank, local rank, world size, local world size) from a process's environment, or None when it is no rank.
+    The deepspeed launcher's LOCAL_SIZE stands in for LOCAL_WORLD_SIZE."""
+    for rank_key, local_key, world_key, local_world_key in IDENTITY_KEYS:
+        rank = _int(env.get(rank_key))
+        if rank is not None:
+            local_world = _int(env.get(local_world_key)) if local_world_key in env else _int(env.get("LOCAL_SIZE"))
+            return rank, _int(env.get(local_key)), _int(env.get(world_key)), local_world
+    return None
+
+
+def _cmdline(proc) -> str:
+    """The command line, without the interpreter in front of a script (``python3.11 .../bin/torchrun ...`` is
+    ``torchrun ...``)."""
+    try:
+        args = proc.cmdline()
+    except Exception:  # psutil.Error, a process gone meanwhile
+        return ""
+    if len(args) > 1 and "python" in os.path.basename(args[0]) and not args[1].startswith("-"):
+        args = [os.path.basename(args[1])] + args[2:]
+    return " ".join(args)[:500]
+
+
+def _python(cmdline: str) -> bool:
+    first = cmdline.split(" ", 1)[0]
+    return "python" in os.path.basename(first) or first.endswith(("torchrun", "deepspeed", "accelerate"))
+
+
+def describe(proc) -> RankProcess | None:
+    """The rank a psutil Process is, or None (not a Python process with a rank in its environment, or gone)."""
+    import psutil
+
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError):
+        return None
+    found = identity(env)
+    cmdline = _cmdline(proc)
+    if found is None or not _python(cmdline):
+        return None
+    rank, local_rank, world, local_world = found
+    return RankProcess(proc.pid, rank, local_rank, world, local_world, cmdline,
+                       tuple(env.get(k, "") for k in JOB_KEYS))
+
+
+def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
+    """The ranks on this node: the given PIDs (a rank, or a launcher whose descendants are ranks) or, with none
+    given, every process with a rank in its environment. A process whose parent is a rank of the same job is that
+    rank's child (a DataLoader worker), kept in the rank's ``children``. Sorted by rank.
+
+    Raises:
+        LookupError: a given PID is no process, or neither a rank nor the ancestor of one (message: one line).
+    """
+    import psutil
+
+    candidates: dict[int, RankProcess] = {}
+    if pids:
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+            except (psutil.Error, ValueError, OverflowError):
+                raise LookupError(f"--pid {pid}: no such process") from None
+            found = describe(proc)
+            if found is not None:
+                candidates[pid] = found
+                continue
+            try:
+                below = proc.children(recursive=True)
+            except psutil.Error:
+                below = []
+            ranks = [r for r in (describe(p) for p in below) if r is not None]
+            if not ranks:
+                raise LookupError(f"--pid {pid} ({_cmdline(proc)[:80] or 'no command line'}): neither a rank (no RANK "
+                                  "in its environment) nor a launcher of ranks")
+            candidates.update((r.pid, r) for r in ranks)
+    else:
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            found = describe(proc)
+            if found is not None:
+                candidates[proc.pid] = found
+    ranks = []
+    for pid, rank in candidates.items():
+        try:
+            parent = psutil.Process(pid).ppid()
+        except psutil.Error:
+            continue
+        above = candidates.get(parent)
+        if above is not None and above.job == rank.job and above.rank == rank.rank:
+            above.children.append(pid)
+        else:
+            ranks.append(rank)
+    for rank in ranks:  # grandchildren too (a worker's own subprocess)
+        try:
+            rank.children = [p.pid for p in psutil.Process(rank.pid).children(recursive=True)]
+        except psutil.Error:
+            pass
+    return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
+
+
+def jobs(ranks: list[RankProcess]) -> dict[tuple, list[RankProcess]]:
+    """The ranks grouped by job (:data:`JOB_KEYS`' values)."""
+    grouped: dict[tuple, list[RankProcess]] = {}
+    for rank in ranks:
+        grouped.setdefault(rank.job, []).append(rank)
+    return grouped
+
+
+def launcher_of(ranks: list[RankProcess]) -> dict | None:
+    """The nearest ancestor of the ranks whose command line is a launcher's (:data:`LAUNCHER`): ``{"pid",
+    "cmdline"}``, or None."""
+    import psutil
+
+    for rank in ranks:
+        try:
+            for parent in psutil.Process(rank.pid).parents():
+                cmdline = _cmdline(parent)
+                if LAUNCHER.search(cmdline):
+                    return {"pid": parent.pid, "cmdline": cmdline}
+        except psutil.Error:
+            continue
+    return None
+
+
+def gone_children(launcher_pid: int) -> list[dict]:
+    """The launcher's children that are zombies (exited, not yet reaped), with their exit status from
+    ``/proc/PID/stat``'s field 52 (``exit_code``, in waitpid's form, Linux 3.5+): ``{"pid", "exit_code", "signal"}``."""
+    import psutil
+
+    gone = []
+    try:
+        children = psutil.Process(launcher_pid).children()
+    except psutil.Error:
+        return gone
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                continue
+        except psutil.Error:
+            continue
+        status = _zombie_status(child.pid)
+        gone.append({"pid": child.pid, "exit_code": None if status is None else (status >> 8) & 0xFF,
+                     "signal": None if status is None else status & 0x7F or None})
+    return gone
+
+
+def _zombie_status(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        return int(fields[49])  # field 52 of the whole line: 3 fields precede the ones after the name
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def oom_kills(limit: int = 5) -> tuple[list[str], str | None]:
+    """The kernel log's latest OOM-killer lines (``Killed process PID (python...)``), newest last, and why they could
+    not be read (``dmesg`` refused: kernel.dmesg_restrict) or None."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=5, errors="replace")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [], f"dmesg could not run ({exc.__class__.__name__})"
+    if out.returncode != 0:
+        return [], f"dmesg refused: {(out.stderr or '').strip()[:120] or 'exit ' + str(out.returncode)}"
+    lines = [ln.strip() for ln in out.stdout.splitlines() if "Killed process" in ln or "oom-kill" in ln]
+    return lines[-limit:], None
+
+
+def proc_state(pid: int) -> dict:
+    """What /proc says of a process without attaching to it: ``{"status", "wchan" (the kernel function it sleeps
+    in), "cpu_seconds"}``; ``{"status": "gone"}`` once it has exited."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            times = proc.cpu_times()
+            state = {"status": proc.status(), "cpu_seconds": round(times.user + times.system, 2)}
+    except psutil.Error:
+        return {"status": "gone"}
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            state["wchan"] = f.read().strip() or None
+    except OSError:
+        state["wchan"] = None
+    return state

@@ -1,0 +1,145 @@
+"""From the ranks' positions to findings: group the ranks by where they are and name the odd ones.
+
+A rank record (``dsdoctor hang``'s JSON, ``result["ranks"]``, so that several nodes' snapshots merge) is a dict:
+``host``, ``pid``, ``rank``, ``local_rank``, ``world_size``, ``position`` (:func:`checks.hang.stacks.position`),
+``advancing`` (True/False between the two snapshots; None with one), ``error`` (why its stack could not be read),
+``proc`` (/proc's view), ``workers`` (its DataLoader workers' positions). A node record: ``host``, ``launcher``,
+``gone`` (the ranks that should run there and do not: ``{"rank", "local_rank", "evidence"}``), ``oom_kills``.
+"""
+
+from __future__ import annotations
+
+from dsdoctor.report import Finding
+
+from .rules import HANG900, HANG901, HANG902, HANG903, HANG904, HANG905, HANG906, HANG907
+from .stacks import where
+
+
+def spans(ranks: list) -> str:
+    """``rank 3`` / ``ranks 0-3, 5`` (None for a rank its environment does not give: ``pid N``)."""
+    numbers = sorted(r for r in ranks if isinstance(r, int))
+    parts, start = [], None
+    for i, r in enumerate(numbers):
+        if start is None:
+            start = r
+        if i + 1 == len(numbers) or numbers[i + 1] != r + 1:
+            parts.append(str(start) if start == r else f"{start}-{r}")
+            start = None
+    label = ("ranks " if len(numbers) > 1 else "rank ") + ", ".join(parts) if parts else ""
+    return label
+
+
+def _who(records: list[dict]) -> str:
+    named = spans([r["rank"] for r in records if r.get("rank") is not None])
+    unnamed = [f"pid {r['pid']}" for r in records if r.get("rank") is None]
+    return ", ".join(x for x in [named] + unnamed if x)
+
+
+def site(position: dict) -> str:
+    caller = position.get("caller")
+    if position["state"] == "collective":
+        return f"{position['op']}" + (f" called from {where(caller)}" if caller else "")
+    if position["state"] == "dataloader":
+        return "the DataLoader's next batch" + (f" (asked by {where(caller)})" if caller else "")
+    at = position.get("at")
+    text = where(at)
+    if caller and caller is not at and caller != at:
+        text += f" (in {where(caller)})"
+    return text
+
+
+def _motion(record: dict) -> str:
+    advancing = record.get("advancing")
+    return "" if advancing is None else " (advancing: busy, not blocked)" if advancing else " (standing still)"
+
+
+def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> list[Finding]:
+    """The findings for one job's ranks (one node's snapshot, or several merged). Ordered: the gone ranks first
+    (the cause the others wait for), then the ranks that have not reached the collective, mismatched collectives,
+    the DataLoader, the ranks outside any collective, unreadable stacks; HANG900 alone when every rank advances."""
+    findings: list[Finding] = []
+    readable = [r for r in ranks if r.get("position", {}).get("state") not in (None, "unknown")]
+    gone = [g for node in nodes for g in node.get("gone") or []]
+    if readable and not gone and len(readable) == len(ranks) and interval \
+            and all(r.get("advancing") for r in readable):
+        return [HANG900.finding(f"{_who(readable)}: every main thread's stack changed within {interval:g} s; now "
+                                + "; ".join(f"rank {r.get('rank')} at {site(r['position'])}" for r in readable[:8]))]
+    collective = [r for r in readable if r["position"]["state"] == "collective"]
+    waiting = "; ".join(f"{_who(group)} {_verb(group, 'waits', 'wait')} in {place}"
+                        for place, group in _groups(collective).items())
+    for node in nodes:
+        for g in node.get("gone") or []:
+            kills = node.get("oom_kills") or []
+            evidence = [g.get("evidence") or "no process"]
+            if kills:
+                evidence.append("the kernel's log: " + " | ".join(kills[-3:]))
+            elif node.get("dmesg_error"):
+                evidence.append(f"the kernel's log could not be read ({node['dmesg_error']})")
+            if waiting:
+                evidence.append(waiting)
+            findings.append(HANG903.finding("; ".join(evidence),
+                                            title=f"rank {g.get('rank')} is gone"
+                                                  f"{' from ' + node['host'] if node.get('host') else ''}; the "
+                                                  "others wait for it"))
+    others = [r for r in readable if r["position"]["state"] != "collective"]
+    if collective and others:
+        ops = sorted({r["position"]["op"] for r in collective})
+        for place, group in _groups(others).items():
+            motion = _motion(group[0]) if len(group) == 1 else ""
+            findings.append(HANG901.finding(
+                f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
+                + _workers(group),
+                title=f"{_who(group)} has not reached {' / '.join(ops)}: {'it is' if len(group) == 1 else 'they are'}"
+                      f" at {place}"))
+    if collective and len(_groups(collective)) > 1:
+        findings.append(HANG902.finding(waiting, title=f"mismatched collectives: {waiting}"))
+    if readable and not collective:
+        loader = [r for r in readable if r["position"]["state"] == "dataloader"]
+        if len(loader) == len(readable):
+            findings.append(HANG904.finding(
+                f"{_who(loader)} {_verb(loader, 'waits', 'wait')} for {'; '.join(_groups(loader))}"
+                + _workers(loader)))
+        else:
+            sites = "; ".join(f"{_who(group)} at {place}" for place, group in _groups(readable).items())
+            findings.append(HANG907.finding(sites + "".join(_motion(r) for r in readable[:1] if len(readable) == 1)))
+    if collective and not others and len(_groups(collective)) == 1 and not gone:
+        world = max((r.get("world_size") or 0 for r in ranks), default=0)
+        present = {r.get("rank") for r in ranks}
+        absent = [k for k in range(world) if k not in present] if world <= 100_000 else []
+        extra = f"; {spans(absent)} of world size {world} {'is' if len(absent) == 1 else 'are'} in no snapshot " \
+                f"(another node: snapshot it and --merge)" if absent else ""
+        findings.append(HANG905.finding(waiting + extra))
+    unreadable = [r for r in ranks if r not in readable]
+    for error, group in _by_error(unreadable).items():
+        states = "; ".join(f"pid {r['pid']}: {r.get('proc', {}).get('status', '?')}"
+                           + (f", in the kernel's {r['proc']['wchan']}" if r.get("proc", {}).get("wchan") else "")
+                           for r in group[:8])
+        findings.append(HANG906.finding(f"{_who(group)}: {error}; /proc: {states}"))
+    return findings
+
+
+def _verb(records: list[dict], one: str, many: str) -> str:
+    return one if len(records) == 1 else many
+
+
+def _groups(records: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for r in records:
+        grouped.setdefault(site(r["position"]), []).append(r)
+    return grouped
+
+
+def _by_error(records: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for r in records:
+        grouped.setdefault(r.get("error") or "no frames", []).append(r)
+    return grouped
+
+
+def _workers(records: list[dict]) -> str:
+    seen = []
+    for r in records:
+        for w in r.get("workers") or []:
+            if w.get("at"):
+                seen.append(f"its worker pid {w['pid']} (rank {r.get('rank')}) is at {w['at']}")
+    return ("; " + "; ".join(seen[:4])) if seen else ""

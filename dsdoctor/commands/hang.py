@@ -1,0 +1,294 @@
+"""``dsdoctor hang``: on a node where a job hangs, which rank is stuck, where, and why.
+
+It finds the job's ranks (``checks/hang/procs.py``), reads every rank's Python stacks at once with py-spy, twice,
+``--interval`` seconds apart (``checks/hang/stacks.py``), adds what /proc, NVML and the kernel's log say, and groups
+the ranks by where they wait (``checks/hang/verdict.py``). It never stops or signals a rank unless ``--kill`` is
+given, and then only after the snapshot. ``--json`` keeps the snapshot; ``--merge`` joins several nodes' snapshots
+into one verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from dsdoctor.cli import FiniteFloat, report_command
+from dsdoctor.report import DsdoctorError, Report
+
+#: DataLoader workers read per rank when every rank waits for its data
+MAX_WORKERS_READ = 4
+#: seconds between the samples of each rank's stack during --interval
+SAMPLE_EVERY = 0.2
+
+
+def _snapshot(pids: list[int], native: bool, timeout: float) -> dict[int, tuple]:
+    """Every pid's py-spy dump, all at once (one thread per rank, so that N ranks take one dump's time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dsdoctor.checks.hang.stacks import dump
+
+    with ThreadPoolExecutor(max_workers=max(1, min(64, len(pids)))) as pool:
+        return dict(zip(pids, pool.map(lambda p: dump(p, native=native, timeout=timeout), pids)))
+
+
+def _gpus() -> dict[int, dict]:
+    """{pid: {"gpu": index, "used_gib", "utilization_percent"}} from NVML; {} without a GPU or NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU, nvidia-ml-py missing: the snapshot goes on without it
+        return {}
+    seen: dict[int, dict] = {}
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                used = getattr(proc, "usedGpuMemory", None)
+                seen[proc.pid] = {"gpu": index, "used_gib": round(used / 2 ** 30, 2) if used else None,
+                                  "utilization_percent": util}
+    except Exception:
+        pass
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return seen
+
+
+def _gone(ranks, launcher) -> list[dict]:
+    """The local ranks the launcher should have started and that have no process: from the ranks' LOCAL_WORLD_SIZE
+    (or the deepspeed launcher's LOCAL_SIZE) and their local ranks; global rank = a present rank's RANK - LOCAL_RANK
+    + the missing local rank (launchers number a node's ranks contiguously)."""
+    from dsdoctor.checks.hang.procs import gone_children
+
+    local_world = max((r.local_world_size or 0 for r in ranks), default=0)
+    present = {r.local_rank for r in ranks if r.local_rank is not None}
+    base = next((r.rank - r.local_rank for r in ranks if r.rank is not None and r.local_rank is not None), None)
+    if not local_world or base is None or local_world > 100_000:
+        return []
+    zombies = gone_children(launcher["pid"]) if launcher else []
+    gone = []
+    for local in range(local_world):
+        if local in present:
+            continue
+        evidence = (f"no process of local rank {local} of {local_world}"
+                    + (f" under the launcher (pid {launcher['pid']}: {launcher['cmdline'][:80]})" if launcher else ""))
+        if zombies:
+            evidence += "; the launcher's exited children: " + ", ".join(
+                f"pid {z['pid']} " + (f"killed by signal {z['signal']}" if z["signal"] else f"exit code {z['exit_code']}")
+                for z in zombies)
+        gone.append({"rank": base + local, "local_rank": local, "evidence": evidence})
+    return gone
+
+
+def _record(rank, threads, error, earlier: list, proc, gpu, host) -> dict:
+    """One rank's record from its last dump (``threads``, ``error``) and the main-thread signatures of the samples
+    taken before it (``earlier``; empty with --interval 0)."""
+    from dsdoctor.checks.hang.stacks import main_thread, position, signature
+
+    main = main_thread(threads or [])
+    seen = [s for s in earlier if s is not None] + ([signature(main["frames"])] if main else [])
+    return {"host": host, "pid": rank.pid, "rank": rank.rank, "local_rank": rank.local_rank,
+            "world_size": rank.world_size, "local_world_size": rank.local_world_size, "cmdline": rank.cmdline,
+            "job": list(rank.job), "proc": proc, "gpu": gpu, "error": error,
+            "position": position(main["frames"]) if main else {"state": "unknown"},
+            "samples": len(seen), "advancing": len(set(seen)) > 1 if len(seen) > 1 else None,
+            "threads": threads, "workers": []}
+
+
+def snapshot_node(pids: list[int] | None, interval: float, timeout: float, native: bool) -> tuple[list, dict]:
+    """This node's rank records and node record (``checks/hang/verdict.py`` describes both).
+
+    Raises:
+        DsdoctorError: not Linux, no rank found, a PID that is no rank, or ranks of several jobs without --pid.
+    """
+    from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state
+    from dsdoctor.checks.hang.stacks import LIBRARY, dump, main_thread, py_spy, signature, where
+
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
+        raise DsdoctorError("dsdoctor hang reads the ranks' processes through /proc: it runs on Linux only")
+    try:
+        ranks = find_ranks(list(pids) if pids else None)
+    except LookupError as exc:
+        raise DsdoctorError(str(exc)) from None
+    if not ranks:
+        raise DsdoctorError("no rank of a distributed job runs on this node (no Python process has RANK, "
+                            "OMPI_COMM_WORLD_RANK or PMI_RANK in its environment); give --pid PID of a rank or of "
+                            "its launcher")
+    grouped = jobs(ranks)
+    if len(grouped) > 1:
+        described = "; ".join(f"ranks {', '.join(str(r.rank) for r in group[:8])} (pids "
+                              f"{', '.join(str(r.pid) for r in group[:8])}, MASTER_PORT {group[0].job[1] or '?'})"
+                              for group in grouped.values())
+        raise DsdoctorError(f"{len(grouped)} distributed jobs run on this node: {described}; give --pid of one "
+                            "job's launcher or ranks")
+    host = socket.gethostname()
+    launcher = launcher_of(ranks)
+    pids_now = [r.pid for r in ranks]
+    # samples every SAMPLE_EVERY seconds over the interval: a rank whose main thread is anywhere else in any of them
+    # is advancing (a training step spends most of its time at a few lines; one pair of samples can land on the same)
+    earlier: dict[int, list] = {pid: [] for pid in pids_now}
+    if interval and py_spy():
+        end = time.monotonic() + interval
+        while True:
+            for pid, (threads, _) in _snapshot(pids_now, native, timeout).items():
+                main = main_thread(threads or [])
+                earlier[pid].append(signature(main["frames"]) if main else None)
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(SAMPLE_EVERY, left))
+    second = _snapshot(pids_now, native, timeout)
+    gpus = _gpus()
+    records = []
+    for rank in ranks:
+        threads, error = second[rank.pid]
+        records.append(_record(rank, threads, error, earlier[rank.pid],
+                               proc_state(rank.pid), gpus.get(rank.pid), host))
+    for record, rank in zip(records, ranks):
+        if record["position"]["state"] == "dataloader":  # what its workers wait on is the cause
+            for child in rank.children[:MAX_WORKERS_READ]:
+                threads, error = dump(child, native=native, timeout=timeout)
+                main = main_thread(threads or [])
+                frames = main["frames"] if main else []
+                # the worker's own code (a dataset's __getitem__), not torch's worker loop or the standard library
+                user = next((f for f in frames if not LIBRARY.search(f["file"])), frames[0] if frames else None)
+                record["workers"].append({"pid": child, "at": where(user) if user else None, "error": error})
+    node = {"host": host, "launcher": launcher, "gone": _gone(ranks, launcher), "oom_kills": [],
+            "dmesg_error": None}
+    if node["gone"]:
+        node["oom_kills"], node["dmesg_error"] = oom_kills()
+    return records, node
+
+
+def _load(paths: tuple[str, ...]) -> tuple[list, list, float]:
+    """Rank and node records from ``dsdoctor hang --json`` files, and the longest interval between their snapshots.
+
+    Raises:
+        DsdoctorError: a file missing, not JSON, or not a dsdoctor hang snapshot."""
+    ranks, nodes, interval = [], [], 0.0
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise DsdoctorError(f"--merge {path}: {exc.strerror or exc}") from None
+        except (ValueError, UnicodeDecodeError):
+            raise DsdoctorError(f"--merge {path}: not JSON (give the files `dsdoctor hang --json FILE` wrote)") from None
+        result = data.get("result") if isinstance(data, dict) else None
+        if not (isinstance(data, dict) and data.get("command") == "hang" and isinstance(result, dict)
+                and isinstance(result.get("ranks"), list) and isinstance(result.get("nodes"), list)):
+            raise DsdoctorError(f"--merge {path}: not a snapshot of `dsdoctor hang --json`")
+        for record in result["ranks"]:
+            if not (isinstance(record, dict) and isinstance(record.get("position"), dict)
+                    and isinstance(record.get("pid"), int)):
+                raise DsdoctorError(f"--merge {path}: a rank record without pid and position")
+            if any((record.get("host"), record["pid"]) == (r.get("host"), r["pid"]) for r in ranks):
+                continue  # the same node given twice
+            ranks.append(record)
+        nodes.extend(n for n in result["nodes"] if isinstance(n, dict) and n not in nodes)
+        if isinstance(result.get("interval_s"), (int, float)):
+            interval = max(interval, float(result["interval_s"]))
+    return sorted(ranks, key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else 1 << 30, r["pid"])), \
+        nodes, interval
+
+
+def _kill(records: list[dict], grace: float = 10.0) -> list[str]:
+    """SIGTERM every rank, SIGKILL those alive after ``grace`` seconds; what was stopped, one line each."""
+    import psutil
+
+    procs = []
+    for r in records:
+        try:
+            procs.append((r, psutil.Process(r["pid"])))
+        except psutil.Error:
+            continue
+    for _, p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs([p for _, p in procs], timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [f"rank {r.get('rank')} (pid {p.pid}): {'SIGKILL after ' + format(grace, 'g') + ' s' if p in alive else 'SIGTERM'}"
+            for r, p in procs]
+
+
+def _table(records: list[dict]) -> list[list[str]]:
+    from dsdoctor.checks.hang.verdict import site
+
+    rows = []
+    for r in records:
+        gpu = r.get("gpu") or {}
+        rows.append([str(r.get("rank")), str(r.get("local_rank")), str(r.get("host") or ""), str(r["pid"]),
+                     r["position"]["state"] if not r.get("error") else "unreadable",
+                     site(r["position"]) if r["position"]["state"] != "unknown" else (r.get("error") or "")[:80],
+                     {None: "-", True: "yes", False: "no"}[r.get("advancing")],
+                     f"{gpu['utilization_percent']}% / {gpu['used_gib']} GiB" if gpu else "-"])
+    return rows
+
+
+def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: float = 10.0, native: bool = False,
+                merge: tuple[str, ...] = (), kill: bool = False) -> Report:
+    """The hang report: findings (HANG9xx), a table of the ranks, and ``result`` = ``{"nodes", "ranks", "interval_s",
+    "seconds", "killed"}`` (``ranks`` and ``nodes`` as ``checks/hang/verdict.py`` describes them; ``--merge`` reads
+    them back).
+
+    Raises:
+        DsdoctorError: see :func:`snapshot_node` and :func:`_load`; --merge with --pid or --kill.
+    """
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    start = time.perf_counter()
+    if merge:
+        if pids or kill:
+            raise DsdoctorError("--merge joins snapshots already taken: give it without --pid and --kill")
+        records, nodes, interval = _load(merge)
+    else:
+        records, node = snapshot_node(list(pids), interval, timeout, native)
+        nodes = [node]
+    findings = diagnose(records, nodes, interval)
+    killed = _kill(records) if kill else []
+    report = Report("hang", findings=findings,
+                    result={"nodes": nodes, "ranks": records, "interval_s": interval,
+                            "seconds": round(time.perf_counter() - start, 2), "killed": killed})
+    report.tables.append((f"{len(records)} ranks" + (f" on {len({r.get('host') for r in records})} nodes"
+                                                       if merge else ""),
+                          ["rank", "local", "host", "pid", "state", "where", "advancing", "GPU"], _table(records)))
+    if killed:
+        report.block_title = "stopped after the snapshot (--kill)"
+        report.block = [f"- {line}" for line in killed]
+    return report
+
+
+@click.command("hang")
+@click.option("--pid", "pids", multiple=True, type=click.IntRange(min=1, max=2 ** 31 - 1), metavar="PID",
+              help="A rank's or its launcher's PID (repeatable). Default: every process with a rank in its "
+                   "environment.")
+@click.option("--interval", type=FiniteFloat(min=0, max=600), default=2.0, show_default=True,
+              help="Seconds over which every rank's stack is sampled (every 0.2 s) to tell a stuck rank from an "
+                   "advancing one (0: one snapshot).")
+@click.option("--timeout", type=FiniteFloat(min=0.1, max=600, min_open=False), default=10.0, show_default=True,
+              help="Seconds py-spy may take to read one rank.")
+@click.option("--native", is_flag=True, help="Add the C/C++ frames (NCCL, CUDA) to the stacks (py-spy --native).")
+@click.option("--merge", multiple=True, metavar="SNAPSHOT.json",
+              help="Join snapshots that `dsdoctor hang --json` wrote on each node into one verdict (repeatable).")
+@click.option("--kill", is_flag=True, help="After the snapshot, stop the ranks (SIGTERM, then SIGKILL after 10 s) "
+                                           "and print what was stopped.")
+@report_command(inputs=("merge",))
+def hang(pids, interval, timeout, native, merge, kill) -> Report:
+    """Which rank of a hung job is stuck, where, and why (py-spy on every rank at once; never stops the job unless
+    --kill)."""
+    return hang_report(tuple(pids), interval, timeout, native, tuple(merge), kill)

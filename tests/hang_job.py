@@ -1,0 +1,98 @@
+"""A small distributed job (gloo, CPU) that stalls the way real runs stall, for ``dsdoctor hang``'s tests.
+
+    torchrun --nproc-per-node N tests/hang_job.py MODE WORKDIR
+
+Every rank appends ``rank R step S loss L`` to WORKDIR/loss-R.log after each step's all_reduce, so a test sees the
+job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unless said otherwise):
+
+- ``sleep``: ``odd`` waits in ``wait_for_release`` (train step 3) until WORKDIR/release exists; the others wait in
+  all_reduce.
+- ``mismatch``: from step 3, ranks below N/2 call all_reduce, the others broadcast.
+- ``exit``: ``odd`` exits (status 0, so the launcher keeps the others) before step 3's all_reduce. A forked child
+  keeps its gloo sockets open (and waits for the release), so that the others wait for the gone rank in all_reduce,
+  as NCCL ranks do, instead of seeing gloo's "Connection reset by peer".
+- ``dataloader``: from step 3 every rank waits for a batch its DataLoader worker never produces until release.
+- ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+class SlowData(torch.utils.data.Dataset):
+    """Items 0-2 at once; from item 3 a worker waits for the release file (a network dataset that stopped)."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, index):
+        if index >= 3:
+            while not (self.workdir / "release").exists():
+                time.sleep(0.05)
+        return torch.ones(4)
+
+
+def wait_for_release(workdir: Path) -> None:
+    while not (workdir / "release").exists():
+        time.sleep(0.05)
+
+
+def load() -> None:
+    time.sleep(0.1)
+
+
+def compute() -> None:
+    time.sleep(0.1)
+
+
+def main() -> None:
+    mode, workdir = sys.argv[1], Path(sys.argv[2])
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    odd = world - 1
+    loader = iter(torch.utils.data.DataLoader(SlowData(workdir), batch_size=None, num_workers=1)) \
+        if mode == "dataloader" else None
+    log = (workdir / f"loss-{rank}.log").open("a", buffering=1)
+    (workdir / f"ready-{rank}").write_text(str(os.getpid()))
+    step = 0
+    while step < 10_000:
+        step += 1
+        x = next(loader) if loader is not None else torch.ones(4)
+        if step == 3:
+            if mode == "sleep" and rank == odd:
+                wait_for_release(workdir)
+            if mode == "exit" and rank == odd:
+                log.close()
+                if os.fork() == 0:  # the sockets' holder, outside the launcher's tree once its parent is gone
+                    wait_for_release(workdir)
+                os._exit(0)
+        if mode == "mismatch" and step >= 3 and rank >= world // 2:
+            dist.broadcast(x, src=world - 1)
+        else:
+            dist.all_reduce(x)
+        log.write(f"rank {rank} step {step} loss {float(x.sum()) / (step + 1):.4f}\n")
+        if mode == "advance":
+            if (workdir / "release").exists():
+                break
+            load()
+            compute()
+        elif step >= 6 and (workdir / "release").exists():
+            break
+        elif step >= 3 and mode != "sleep" and not (workdir / "release").exists():
+            time.sleep(0.05)
+    log.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

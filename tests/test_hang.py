@@ -1,0 +1,290 @@
+"""``dsdoctor hang`` on real jobs: torchrun ranks over gloo on the CPU (tests/hang_job.py) stalled as real runs stall,
+snapshotted by the command with the real py-spy, and let go afterwards to show the job goes on unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dsdoctor.cli import cli
+
+JOB = Path(__file__).resolve().parent / "hang_job.py"
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("py-spy") is None,
+                                reason="dsdoctor hang reads /proc and needs py-spy")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """``torchrun --nproc-per-node N tests/hang_job.py MODE WORKDIR`` in its own session, started and waited for
+    until every rank has logged ``step`` steps (the stall comes at step 3) and, in exit mode, the last rank is gone."""
+
+    def __init__(self, mode: str, workdir: Path, nproc: int = 2):
+        self.mode, self.workdir, self.nproc = mode, workdir, nproc
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env.pop("RANK", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+             str(_free_port()), str(JOB), mode, str(workdir)],
+            stdout=(workdir / "out.txt").open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def steps(self, rank: int) -> int:
+        path = self.workdir / f"loss-{rank}.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return int(lines[-1].split()[3]) if lines else 0
+
+    def wait_stalled(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self.workdir / "out.txt").read_text()[-2000:]
+            if all(self.steps(r) >= 2 for r in range(self.nproc)):
+                if self.mode != "exit" or not _alive(int((self.workdir / f"ready-{self.nproc - 1}").read_text())):
+                    time.sleep(1.0)  # into step 3's stall
+                    return
+            time.sleep(0.2)
+        raise AssertionError(f"job did not reach its stall: {(self.workdir / 'out.txt').read_text()[-2000:]}")
+
+    def release(self, timeout: float = 60) -> int:
+        (self.workdir / "release").write_text("")
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+
+
+@pytest.fixture
+def job(tmp_path):
+    started = []
+
+    def start(mode: str, nproc: int = 2) -> Job:
+        j = Job(mode, tmp_path, nproc)
+        started.append(j)
+        j.wait_stalled()
+        return j
+
+    yield start
+    for j in started:
+        j.stop()
+
+
+def hang(*args):
+    result = CliRunner().invoke(cli, ["hang", *args, "--json", "-"])
+    data = json.loads(result.output) if result.output.strip().startswith("{") else None
+    return result.exit_code, data, result
+
+
+@pytest.mark.slow
+def test_a_rank_that_sleeps_before_the_collective_is_named_with_its_frame_and_the_job_goes_on(job):
+    j = job("sleep")
+    code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1")
+    assert code == 1, result.output
+    first = data["findings"][0]
+    assert first["id"] == "HANG901"
+    line = next(i for i, text in enumerate(JOB.read_text().splitlines(), 1) if "time.sleep(0.05)" in text
+                and "def wait_for_release" in JOB.read_text().splitlines()[i - 3])
+    assert first["title"] == f"rank 1 has not reached all_reduce: it is at wait_for_release at hang_job.py:{line}"
+    assert "rank 0 waits in all_reduce called from main at hang_job.py:" in first["evidence"]
+    assert "(standing still)" in first["evidence"] or "(advancing: busy, not blocked)" in first["evidence"]
+    ranks = {r["rank"]: r for r in data["result"]["ranks"]}
+    assert ranks[0]["position"]["state"] == "collective" and ranks[1]["position"]["state"] == "elsewhere"
+    assert ranks[0]["advancing"] is False  # rank 1 polls its file: its samples may show the loop's two lines
+    before = [j.steps(r) for r in range(2)]
+    assert before == [2, 2]
+    assert j.release() == 0  # unchanged by the snapshot: the loss log goes on to the end
+    assert [j.steps(r) for r in range(2)] == [6, 6]
+
+
+@pytest.mark.slow
+def test_two_ranks_in_different_collectives_are_mismatched(job):
+    j = job("mismatch")
+    code, data, _ = hang("--pid", str(j.proc.pid), "--interval", "0.5")
+    assert code == 1
+    (finding,) = data["findings"]
+    assert finding["id"] == "HANG902"
+    assert "rank 0 waits in all_reduce called from main at hang_job.py:" in finding["evidence"]
+    assert "rank 1 waits in broadcast called from main at hang_job.py:" in finding["evidence"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_exited_is_gone_and_the_others_wait_for_it(job):
+    j = job("exit")
+    code, data, result = hang("--pid", str(j.proc.pid), "--interval", "0.5")
+    assert code == 1, result.output
+    (finding,) = data["findings"]
+    assert finding["id"] == "HANG903" and finding["title"].startswith("rank 1 is gone")
+    assert "no process of local rank 1 of 2 under the launcher" in finding["evidence"]
+    assert "rank 0 waits in all_reduce called from main" in finding["evidence"]
+    assert [r["rank"] for r in data["result"]["ranks"]] == [0]
+
+
+@pytest.mark.slow
+def test_every_rank_waiting_for_its_dataloader_names_the_workers_frame(job):
+    j = job("dataloader")
+    code, data, _ = hang("--interval", "0.5")  # found without --pid, from the ranks' environment
+    assert code == 1
+    (finding,) = data["findings"]
+    assert finding["id"] == "HANG904"
+    assert "ranks 0-1 wait for the DataLoader's next batch (asked by main at hang_job.py:" in finding["evidence"]
+    assert "is at SlowData.__getitem__ at hang_job.py:" in finding["evidence"]
+    assert j.release() == 0
+
+
+@pytest.mark.slow
+def test_four_ranks_one_late_and_an_advancing_job(job, tmp_path):
+    j = job("sleep", nproc=4)
+    code, data, _ = hang("--pid", str(j.proc.pid), "--interval", "0.5", "--json", str(tmp_path / "node.json"))
+    assert code == 1
+    assert data["findings"][0]["title"].startswith("rank 3 has not reached all_reduce")
+    assert "ranks 0-2 wait in all_reduce" in data["findings"][0]["evidence"]
+    assert j.release() == 0
+
+
+@pytest.mark.slow
+def test_an_advancing_job_is_not_hung(tmp_path):
+    j = Job("advance", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(j.steps(r) >= 2 for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        code, data, result = hang("--pid", str(j.proc.pid), "--interval", "2")
+        assert code == 0, result.output
+        (finding,) = data["findings"]
+        assert finding["id"] == "HANG900"
+        assert all(r["advancing"] for r in data["result"]["ranks"])
+        assert j.release() == 0
+    finally:
+        j.stop()
+
+
+def _record(rank, state, host="node-a", op="all_reduce", line=75, advancing=False, world=4):
+    frame = {"name": "main", "file": "/w/train.py", "short": "train.py", "line": line}
+    position = {"state": state, "op": op, "caller": frame} if state == "collective" else \
+        {"state": state, "at": frame, "caller": frame}
+    return {"host": host, "pid": 1000 + rank, "rank": rank, "local_rank": rank % 2, "world_size": world,
+            "position": position, "advancing": advancing, "error": None, "proc": {}, "workers": []}
+
+
+def _snapshot_file(path: Path, records: list[dict], nodes: list[dict]) -> str:
+    path.write_text(json.dumps({"command": "hang", "dsdoctor_version": "x", "findings": [],
+                                "result": {"ranks": records, "nodes": nodes, "interval_s": 1.0}}))
+    return str(path)
+
+
+def test_merge_joins_two_nodes_snapshots_into_one_verdict(tmp_path):
+    """Node a's ranks 0-1 wait in all_reduce: alone, HANG905 (the late rank is not here); merged with node b, where
+    rank 3 is in its own code, rank 3 is named (HANG901)."""
+    a = _snapshot_file(tmp_path / "a.json", [_record(0, "collective"), _record(1, "collective")],
+                       [{"host": "node-a", "gone": []}])
+    b = _snapshot_file(tmp_path / "b.json", [_record(2, "collective", "node-b"),
+                                             _record(3, "elsewhere", "node-b", line=88)],
+                       [{"host": "node-b", "gone": []}])
+    code, data, _ = hang("--merge", a)
+    assert code == 0 and data["findings"][0]["id"] == "HANG905"
+    assert "ranks 2-3 of world size 4 are in no snapshot" in data["findings"][0]["evidence"]
+    code, data, _ = hang("--merge", a, "--merge", b)
+    assert code == 1
+    (finding,) = data["findings"]
+    assert finding["id"] == "HANG901"
+    assert finding["title"] == "rank 3 has not reached all_reduce: it is at main at train.py:88"
+    assert "ranks 0-2 wait in all_reduce called from main at train.py:75" in finding["evidence"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "--merge {}: No such file or directory"),
+    ("{not json", "--merge {}: not JSON (give the files `dsdoctor hang --json FILE` wrote)"),
+    ('{"command": "check", "result": {}}', "--merge {}: not a snapshot of `dsdoctor hang --json`"),
+    ('{"command": "hang", "result": {"ranks": [{"pid": "x"}], "nodes": []}}', "--merge {}: a rank record without pid and position"),
+])
+def test_merge_refuses_what_is_not_a_snapshot_in_one_line(tmp_path, content, message):
+    path = tmp_path / "s.json"
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(cli, ["hang", "--merge", str(path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == f"dsdoctor: error: {message.format(path)}"
+    assert "Traceback" not in result.output
+
+
+def test_a_pid_that_is_no_rank_and_no_process_is_one_line(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = CliRunner().invoke(cli, ["hang", "--pid", str(sleeper.pid)])
+        assert result.exit_code == 2
+        assert "neither a rank (no RANK in its environment) nor a launcher of ranks" in result.output
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    gone = sleeper.pid
+    result = CliRunner().invoke(cli, ["hang", "--pid", str(gone)])
+    assert result.exit_code == 2 and f"--pid {gone}: no such process" in result.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the target and the reader as two other users")
+def test_ptrace_refused_is_reported_with_its_fix():
+    """A process of another user, read by a user without CAP_SYS_PTRACE: py-spy's real refusal, HANG906 with the
+    fix, and /proc's view still given."""
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="dsdoctor-ptrace-", dir="/tmp"))  # a path the other users can reach
+    exe = home / "bin" / "py-spy"
+    exe.parent.mkdir()
+    shutil.copy(shutil.which("py-spy"), exe)
+    for p in (home, exe.parent, exe):
+        p.chmod(0o755)
+    target = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: os.setuid(65534))
+    try:
+        code = ("import os, sys, json\nfrom dsdoctor.checks.hang.stacks import dump\n"
+                f"os.environ['PATH'] = {str(exe.parent)!r}\nos.setgid(65533); os.setuid(65533)\n"
+                f"print(json.dumps(dump({target.pid})))\n")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        threads, error = json.loads(out.stdout)
+    finally:
+        target.kill()
+        target.wait()
+        shutil.rmtree(home, ignore_errors=True)
+    assert threads is None and error.startswith("ptrace refused: Permission Denied")
+    record = {"host": "h", "pid": target.pid, "rank": 0, "position": {"state": "unknown"}, "error": error,
+              "proc": {"status": "sleeping", "wchan": "hrtimer_nanosleep"}, "advancing": None}
+    (finding,) = diagnose([record], [{"host": "h", "gone": []}], 1.0)
+    assert finding.id == "HANG906" and "SYS_PTRACE" in finding.fix
+    assert "in the kernel's hrtimer_nanosleep" in finding.evidence
+
+
+def test_py_spy_missing_is_a_finding_not_a_traceback(tmp_path, monkeypatch):
+    from dsdoctor.checks.hang import stacks
+
+    monkeypatch.setattr(stacks, "py_spy", lambda: None)
+    threads, error = stacks.dump(os.getpid())
+    assert threads is None and error == "py-spy is not installed (pip install py-spy)"
