@@ -935,3 +935,39 @@ def test_a_refusal_under_json_is_still_json(runner, tmp_path):
     before = (model / "config.json").read_text()
     result = runner.invoke(cli, ["estimate", "--model", str(model), "--json", str(model / "config.json")])
     assert result.exit_code == 2 and (model / "config.json").read_text() == before
+
+
+def test_a_dated_release_is_not_taken_for_an_older_architecture(runner):
+    """GLM-4-9B-0414 is transformers' glm4 (q_proj, v_proj), not the chatglm-format glm-4-9b: never counted as it.
+    A date after a post-training word still names its base (Qwen3-30B-A3B-Instruct-2507 is qwen3-30b-a3b)."""
+    from dsdoctor.models import registry_key
+
+    assert registry_key("THUDM/GLM-4-9B-0414") is None
+    assert registry_key("Qwen/Qwen3-30B-A3B-Instruct-2507") == "qwen3-30b-a3b"
+    assert registry_key("Qwen/Qwen3-4B-Thinking-2507") == "qwen3-4b"
+    result = runner.invoke(cli, ["estimate", "--model", "THUDM/GLM-4-9B-0414", "--method", "lora"])
+    assert result.exit_code == 2 and "not a known model name" in result.stderr
+
+
+def test_a_zero3_peak_at_initialize_is_fixed_by_zero_init_not_more_gpus(runner):
+    """Llama-3.3-70B LoRA, ZeRO-3 on 8 A100 80GB in the engine loop: deepspeed.initialize moves the whole 16-bit model
+    to each GPU (131 GiB) before partitioning; more GPUs cannot help, zero.Init does (the Trainer's path)."""
+    data, _ = run_json(runner, "--model", "llama-3.3-70b", "--method", "lora", "--zero", "3", "--gpus", "8",
+                       "--gpu", "A100 80GB")
+    (mem501,) = [f for f in data["findings"] if f["id"] == "MEM501"]
+    assert "(peak at initialize)" in mem501["evidence"]
+    assert mem501["fix"].startswith("build the model under ZeRO-3's zero.Init")
+    peak = float(mem501["fix"].rsplit("the peak is ", 1)[1].split(" GiB")[0])
+    trainer, _ = run_json(runner, "--model", "llama-3.3-70b", "--method", "lora", "--zero", "3", "--gpus", "8",
+                          "--gpu", "A100 80GB", "--launch", "trainer")
+    assert peak < 80 and abs(peak - trainer["result"]["per_gpu_bytes"]["total"] / 2 ** 30) < 3
+
+
+def test_nvme_offload_is_not_counted_as_host_ram(runner):
+    args = ["--model", "qwen3-8b", "--zero", "3", "--gpus", "8", "--gpu-mem", "80", "--host-mem", "256"]
+    nvme, _ = run_json(runner, *args, "--offload-optimizer", "nvme", "--offload-param", "nvme")
+    cpu, _ = run_json(runner, *args, "--offload-optimizer", "cpu", "--offload-param", "cpu")
+    assert nvme["result"]["host_bytes"]["offload_per_node"] == 0
+    assert nvme["result"]["host_bytes"]["nvme_per_node"] == cpu["result"]["host_bytes"]["offload_per_node"] > 0
+    assert "MEM504" not in [f["id"] for f in nvme["findings"]]
+    assert "MEM504" in [f["id"] for f in cpu["findings"]]

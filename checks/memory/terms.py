@@ -454,13 +454,18 @@ def estimate(setup: Setup, cal: Calibration = CALIBRATION) -> Estimate:
     terms = dict(phase_terms[peak_phase])
     terms["allocator_slack"] = reserved - allocated
     terms["cuda_context"] = context
-    offload_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus
+    # NVMe offload keeps the states on the NVMe device, not in host RAM (its pinned staging buffers, aio's
+    # buffer_count x buffer_size, are not counted here)
+    on_host = {"optimizer": states["host_optimizer"] if setup.offload_optimizer == "cpu" else 0,
+               "params": states["host_params"] if setup.offload_param == "cpu" else 0}
+    offload_node = (on_host["optimizer"] + on_host["params"]) * setup.gpus
+    nvme_node = (states["host_optimizer"] + states["host_params"]) * setup.gpus - offload_node
     # each rank loads the whole model on the CPU before deepspeed.initialize; under ZeRO-3 the HF Trainer creates
     # it inside deepspeed.zero.Init, which partitions while loading: about one copy per node
     zero_init = setup.zero_stage == 3 and setup.launch == "trainer"
     load_node = setup.weight_bytes * setup.total_params * (1 if zero_init else setup.gpus)
     host = {"optimizer_offload_per_rank": states["host_optimizer"], "param_offload_per_rank": states["host_params"],
-            "offload_per_node": offload_node, "model_load_per_node": load_node,
+            "offload_per_node": offload_node, "nvme_per_node": nvme_node, "model_load_per_node": load_node,
             "needed_per_node": int(HOST_BUFFER_FACTOR * offload_node) + load_node}
     return Estimate(terms=terms, phases=phases, peak_phase=peak_phase, allocated=allocated, reserved=reserved,
                     total=total, host=host, phase_terms=phase_terms)

@@ -98,10 +98,13 @@ def registry_key(spec: str) -> str | None:
     key = ALIASES.get(key, key)
     if key in REGISTRY:
         return key
-    # a post-trained variant has its base's shapes: Llama-3.1-8B-Instruct, Qwen3-30B-A3B-Instruct-2507, gemma-2-9b-it
+    # a post-trained variant has its base's shapes: Llama-3.1-8B-Instruct, Qwen3-30B-A3B-Instruct-2507, gemma-2-9b-it.
+    # A date is stripped only after a post-training word: GLM-4-9B-0414 is another architecture (glm4) than
+    # glm-4-9b (chatglm), and must not be counted as it
     base = key
     while True:
-        stripped = re.sub(r"-(?:instruct|chat|it|base|\d{4})$", "", base)
+        stripped = re.sub(r"-(?:instruct|chat|it|base|thinking)$|(?<=-instruct|-thinking)-\d{4}$|(?<=-chat)-\d{4}$",
+                          "", base)
         if stripped == base:
             break
         base = ALIASES.get(stripped, stripped)

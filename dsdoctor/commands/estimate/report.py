@@ -11,7 +11,7 @@ from .inputs import (GIB, Hardware, _from_deepspeed, _grad_accum, _lora_fallback
                      rates_for, resolve_hardware)
 
 def _change_rows(rows: list[dict]) -> list[list[str]]:
-    return [[r["change"], gib(r["total_bytes"]), ("tight" if r.get("tight") else "yes") if r["fits"] else "no",
+    return [[r["change"] or "(the setup as given, at its largest micro batch)", gib(r["total_bytes"]), ("tight" if r.get("tight") else "yes") if r["fits"] else "no",
              f"{r['step_time_s']['total']:.2f} s ({r['vs_current']:.2f}x)" if "step_time_s" in r else r["cost"]]
             for r in rows]
 
@@ -158,7 +158,9 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     _breakdown(report, est, setup, method, result["model_states_bytes"], world_source,
                replayed=bool(replay_reserved))
     host_labels = {"needed_per_node": f"needed_per_node ({mem.HOST_BUFFER_FACTOR} x offload_per_node for DeepSpeed's "
-                                      "pinned buffers, + model_load_per_node)"}
+                                      "pinned buffers, + model_load_per_node)",
+                   "nvme_per_node": "nvme_per_node (the states offloaded to NVMe: free space the nvme_path needs; "
+                                    "its pinned aio buffers in host RAM are not counted)"}
     report.tables.append(("Host RAM, GiB", ["what", "GiB"],
                           [[host_labels.get(k, k), gib(v)] for k, v in est.host.items()]))
     report.tables.append(("Other estimators, per GPU (theirs: model states only, no activations or logits; "
@@ -340,6 +342,15 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
                    f"time (the fastest that fits; the table lists the others)")
         else:
             fix = f"{first['change']} ({gib(first['total_bytes'])} GiB; {first['cost']})"
+        if est.peak_phase == "initialize":
+            # the engine moves the whole module to each GPU before ZeRO-3 partitions it (engine.py
+            # _configure_distributed_model): a model built under zero.Init has nothing to move
+            after = est.total - est.phases["initialize"] + max(v for k, v in est.phases.items() if k != "initialize")
+            zero_init = (f"build the model under ZeRO-3's zero.Init (`with deepspeed.zero.Init(config_dict_or_path="
+                         f"ds_config): model = ...`, or keep `HfDeepSpeedConfig(ds_config)` alive before "
+                         f"`from_pretrained`, as the Trainer does): deepspeed.initialize then has no whole model to "
+                         f"move to each GPU, and the peak is {gib(after)} GiB")
+            fix = zero_init if after <= gpu_bytes else f"{zero_init}; and {fix}"
         report.add(mem.MEM501.finding(
             f"{gib(est.total)} GiB estimated per GPU (peak at {est.peak_phase}) > {gib(gpu_bytes)} GiB "
             f"({hw.memory_source})", fix=fix))
