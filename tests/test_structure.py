@@ -413,3 +413,24 @@ def test_a_local_checkpoint_with_added_tokens_is_counted_without_transformers(tm
         tmp_path, {**REGISTRY["qwen3-8b"][1], **QWEN3_8B_AS_SAVED, "vocab_size": 151_936 + 64})
     assert total == 8_190_735_360 + 2 * 64 * 4096  # the embedding and the untied output projection each gain 64 rows
     assert "the architecture of registry qwen3-8b" in source and not torch_loaded and not transformers_loaded
+
+
+def test_moe_lora_targets_are_decided_by_peft_itself():
+    """Qwen3-30B-A3B under transformers 5 has fused experts (one `experts` module per layer, 3-D weights): peft 0.21
+    maps the usual gate_proj,up_proj,down_proj onto them, and refuses `experts` by name. dsdoctor counts what peft
+    adds on the meta model for such targets instead of refusing or accepting them from the shipped structure."""
+    import peft
+    from packaging.version import Version
+
+    from dsdoctor.models.structure import peft_lora_params
+
+    arch = resolve_arch("qwen3-30b-a3b")
+    usual = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    if Version(peft.__version__) < Version("0.21"):
+        pytest.skip("peft before 0.21 does not map names onto fused experts")
+    counted = trainable_params(arch, "lora", lora_r=8, lora_targets=usual)
+    attention = trainable_params(arch, "lora", lora_r=8, lora_targets=usual[:4])
+    assert counted > 10 * attention  # 48 layers x 128 experts' gate/up/down
+    assert counted == peft_lora_params(arch.config, usual, 8)
+    with pytest.raises(DsdoctorError, match="peft refuses them on qwen3_moe: ValueError: Target module Qwen3MoeExperts"):
+        trainable_params(arch, "lora", lora_r=8, lora_targets=("experts",))

@@ -35,8 +35,11 @@ def default_lora_targets(arch: Arch) -> tuple[str, ...]:
         if set(candidates) <= names:
             return candidates
     peft_counts = _peft_rank_one(arch)
-    if peft_counts is not None:  # name what --lora-targets accepts: the modules peft wrapped on the meta model
-        names = {m.split(".")[-1] for _, modules in peft_counts for m in modules}
+    if peft_counts is not None:  # name what --lora-targets accepts: the linears peft wrapped on the meta model (not
+        # a fused experts block: peft wraps its parameters under all-linear but refuses its name as a target)
+        linear = {lin.name for lin in _all_linears(arch)}
+        names = {m.split(".")[-1] for _, modules in peft_counts for m in modules if m in linear} or \
+            {m.split(".")[-1] for _, modules in peft_counts for m in modules}
     raise DsdoctorError(f"no default LoRA targets for {arch.name} ({arch.model_type}): give --lora-targets "
                         f"(its linears: {', '.join(sorted(names)[:12])}, or all-linear)")
 
@@ -102,9 +105,29 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
         peft_counts = _peft_rank_one(arch)
         if peft_counts is not None:  # what peft itself added, per module at rank 1: r times it for the wrapped ones
             names = list(dict.fromkeys(m for _, modules in peft_counts for m in modules))
-            if targets == ("all-linear",):
+            every = targets == ("all-linear",)
+            if every:
                 targets = tuple(names)
-            _refuse_unknown(arch, targets, names)
+            linear = {lin.name for lin in _all_linears(arch)}
+            fused = [] if every else [t for t in targets if not any(_matches(n, (t,)) for n in linear)
+                                      and any(_matches(n, (t,)) for n in names)]  # peft wraps their parameters
+            try:
+                _refuse_unknown(arch, targets, names)
+                if fused and arch.config.get("model_type"):
+                    raise DsdoctorError(f"--lora-targets {','.join(fused)}: fused weights, not modules")
+            except DsdoctorError as refused:
+                if not arch.config.get("model_type"):
+                    raise
+                # a name no module has, which peft may still map (peft 0.21: gate_proj/up_proj/down_proj onto
+                # transformers 5's fused MoE experts), or a fused experts block, which it may refuse by name: peft
+                # itself decides, on the meta model
+                from dsdoctor.models.structure import peft_lora_params
+
+                try:
+                    return peft_lora_params(arch.config, targets, lora_r)
+                except DsdoctorError as exc:
+                    raise DsdoctorError(f"{refused if not fused else exc}"
+                                        + (f" ({str(exc).split(': ', 2)[-1]})" if not fused else "")) from None
             return sum(count * lora_r * sum(n for m, n in modules.items() if _matches(m, targets))
                        for count, modules in peft_counts) + head
         linears = _all_linears(arch)

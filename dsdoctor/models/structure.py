@@ -456,6 +456,31 @@ def _lora_per_rank(model, layers, index: list[int]) -> list[dict[str, int]] | No
     return kinds
 
 
+def peft_lora_params(config: dict, targets: tuple[str, ...], r: int) -> int:
+    """The LoRA parameters peft itself adds for ``target_modules=targets`` at rank ``r`` to the model of ``config``
+    built on the meta device (every layer): for target names the model has no module of, which peft may still map
+    (peft 0.21 maps ``gate_proj,up_proj,down_proj`` onto transformers 5's fused MoE experts).
+
+    Raises:
+        DsdoctorError: transformers cannot build the model, or peft refuses the targets (its own message, one line).
+    """
+    from dsdoctor.meta_count import _quiet
+
+    model, _ = build_meta(config)
+    with _quiet():
+        import torch
+        from peft import LoraConfig, get_peft_model
+
+        try:
+            with torch.device("meta"):
+                peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=r,
+                                                              target_modules=list(targets)))
+        except Exception as exc:  # noqa: BLE001 - peft raises many kinds on targets it cannot wrap
+            raise DsdoctorError(f"--lora-targets {','.join(targets)}: peft refuses them on {config.get('model_type')}: "
+                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+    return sum(int(p.numel()) for name, p in peft_model.named_parameters() if p.requires_grad and ".lora_" in name)
+
+
 def _prefix_token_dim(hf_config) -> int | None:
     """The width of P-Tuning's per-layer key (and value) prefix, as peft computes it for this config
     (``peft/utils/other.py`` ``_prepare_prompt_learning_config``: the hidden size, or key/value heads x head size
