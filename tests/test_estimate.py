@@ -971,3 +971,20 @@ def test_nvme_offload_is_not_counted_as_host_ram(runner):
     assert nvme["result"]["host_bytes"]["nvme_per_node"] == cpu["result"]["host_bytes"]["offload_per_node"] > 0
     assert "MEM504" not in [f["id"] for f in nvme["findings"]]
     assert "MEM504" in [f["id"] for f in cpu["findings"]]
+
+
+def test_a_quantized_checkpoint_is_named_as_counted_at_16_bits(runner, tmp_path):
+    """Qwen3-8B's config.json with bitsandbytes 4-bit (QLoRA): the weights were counted at 16 bits without a word;
+    MEM513 names it with the 16-bit and the 4-bit sizes. No quantization_config: no MEM513."""
+    from dsdoctor.models import REGISTRY
+
+    config = dict(REGISTRY["qwen3-8b"][1], quantization_config={"quant_method": "bitsandbytes",
+                                                                  "load_in_4bit": True})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    data, _ = run_json(runner, "--model", str(tmp_path), "--method", "lora", "--gpu-mem", "24", "--gpus", "1")
+    (mem513,) = [f for f in data["findings"] if f["id"] == "MEM513"]
+    assert mem513["evidence"] == ("quantization_config: bitsandbytes, 4-bit; the estimate counts the weights at 16 "
+                                  "bits: 15.26 GiB in all; at 4 bits they would take about 3.82 GiB in all (every "
+                                  "parameter quantized: a lower bound)")
+    plain, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--gpu-mem", "24", "--gpus", "1")
+    assert "MEM513" not in [f["id"] for f in plain["findings"]]

@@ -115,6 +115,19 @@ MEM512 = rule(
         "freed memory serves a request of any size), or a smaller micro batch with more gradient accumulation.",
     source="c10/cuda/CUDACachingAllocator.cpp (release_cached_blocks before an out-of-memory; expandable_segments); "
            "benchmarks/results/memory-loops/README.md, round 11")
+MEM513 = rule(
+    "MEM513", "warning", "the model's weights are quantized: counted at 16 bits",
+    what="config.json has a quantization_config (bitsandbytes 4/8-bit, FP8, AWQ, GPTQ): the weights load in fewer "
+         "bits than the 16 the estimate counts for them.",
+    why="dsdoctor estimates 16-bit weights (what DeepSpeed's engine holds after its bf16/fp16 cast); a quantized "
+        "checkpoint loaded as quantized (QLoRA) holds its linear layers in 4 or 8 bits plus their scales, so the "
+        "weights take up to 4x less; ZeRO-3 does not partition bitsandbytes' 4-bit weights. The estimate is then an "
+        "upper bound for the weights, and the other terms are unchanged.",
+    fix="Read the weights' term as an upper bound (the evidence gives the quantized size). To train in 16 bits from "
+        "this checkpoint, load it with the quantization removed (a 16-bit copy of the model); for QLoRA use ZeRO-2 "
+        "or none (ZeRO-3 with 4-bit bitsandbytes needs bnb_4bit_quant_storage set to the compute dtype).",
+    source="transformers' quantizers (quantization_config in config.json); peft's QLoRA with DeepSpeed "
+           "documentation (bnb_4bit_quant_storage)")
 MEM500 = rule(
     "MEM500", "ok", "fits",
     what="The estimated peak fits the GPU with headroom.",

@@ -10,6 +10,19 @@ from dsdoctor.report import DsdoctorError, Report
 from .inputs import (GIB, Hardware, _from_deepspeed, _grad_accum, _lora_fallback, build_setup, common_cards, gib,
                      rates_for, resolve_hardware)
 
+def _quantization(config: dict) -> tuple[str, int | None] | None:
+    """(quantization method, bits or None) of a config.json's ``quantization_config`` (transformers' quantizers:
+    bitsandbytes' load_in_4bit/load_in_8bit, AWQ's and GPTQ's ``bits``, FP8's 8), or None when it has none."""
+    quant = config.get("quantization_config") if isinstance(config, dict) else None
+    if not isinstance(quant, dict):
+        return None
+    method = str(quant.get("quant_method") or "unnamed")[:40]
+    bits = 4 if quant.get("load_in_4bit") else 8 if quant.get("load_in_8bit") else quant.get("bits")
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 16:
+        bits = 8 if "fp8" in method.lower() else None
+    return method, bits
+
+
 def _change_rows(rows: list[dict]) -> list[list[str]]:
     return [[r["change"] or "(the setup as given, at its largest micro batch)", gib(r["total_bytes"]), ("tight" if r.get("tight") else "yes") if r["fits"] else "no",
              f"{r['step_time_s']['total']:.2f} s ({r['vs_current']:.2f}x)" if "step_time_s" in r else r["cost"]]
@@ -189,6 +202,15 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
             f"model_type {arch.model_type!r}: peft has no default LoRA targets; counted with "
             f"{','.join(setup.lora_targets)}", fix="Give target_modules in your LoraConfig and the same to "
                                                    "--lora-targets (e.g. --lora-targets q_proj,k_proj,v_proj,o_proj)"))
+    quantized = _quantization(arch.config)
+    if quantized is not None:
+        method_name, bits = quantized
+        weights = setup.weight_bytes * setup.total_params
+        smaller = (f"; at {bits} bits they would take about {gib(setup.total_params * bits // 8)} GiB in all "
+                   f"(every parameter quantized: a lower bound)" if bits else "")
+        report.add(mem.MEM513.finding(
+            f"quantization_config: {method_name}{f', {bits}-bit' if bits else ''}; the estimate counts the weights at "
+            f"16 bits: {gib(weights)} GiB in all{smaller}"))
     if hw.gpu is not None and setup.precision == "bf16" and not hw.gpu.bf16:
         from dsdoctor.checks.deepspeed_config import DS111
 
