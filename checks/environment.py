@@ -620,7 +620,12 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
     if "network" in sections:
         facts["network"] = {k: env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG",
                                                      "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE", "NCCL_TIMEOUT", "DEEPSPEED_TIMEOUT",
-                                                     "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")}
+                                                     "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                                                     # the Flight Recorder (checks/hang/flight.py)
+                                                     "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                                     "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_DUMP_TEMP_FILE",
+                                                     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                                                     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE")}
         facts["network"]["interfaces"] = _interfaces()
         addresses = facts["network"]["addresses"] = interface_addresses()
         facts["network"]["route_to_master"] = _route_to_master(env.get("MASTER_ADDR"), addresses)
@@ -801,6 +806,15 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.append(ENV313.finding(f"ulimit -l: {host['memlock'] // 1024} KiB"))
     if net is not None:
         out.extend(network_findings(net, euid=net.get("euid", (host or {}).get("euid")), gpus=gpus, live=live))
+        if "TORCH_FR_BUFFER_SIZE" in net:  # facts saved before dsdoctor read these say nothing of them
+            from dsdoctor.checks.hang.flight import status
+            from dsdoctor.checks.hang.rules import HANG908
+
+            recorder = status({k: v for k, v in net.items() if isinstance(v, str)})
+            if not recorder["on"]:
+                out.append(HANG908.finding("TORCH_FR_BUFFER_SIZE and TORCH_NCCL_TRACE_BUFFER_SIZE: "
+                                           + ", ".join(str(net.get(k)) for k in ("TORCH_FR_BUFFER_SIZE",
+                                                                                 "TORCH_NCCL_TRACE_BUFFER_SIZE"))))
     return out
 
 

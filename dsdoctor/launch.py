@@ -109,6 +109,31 @@ def _preexec_die_with_parent() -> None:  # runs in the child between fork and ex
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def flight_recorder_env(out_dir: Path) -> dict[str, str]:
+    """The Flight Recorder on for dsdoctor's own ranks, dumping into ``out_dir`` (``fr_rank_<rank>``; NCCL ranks
+    also make ``fr_pipe_<rank>.pipe``, through which ``dsdoctor hang`` asks for a dump): what `dsdoctor env`'s HANG908
+    proposes. The caller puts the user's own settings over these."""
+    from dsdoctor.checks.hang.flight import RECOMMENDED
+
+    return {**RECOMMENDED, "TORCH_FR_DUMP_TEMP_FILE": str(out_dir / "fr_rank_"),
+            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(out_dir / "fr_rank_"),
+            "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(out_dir / "fr_pipe_")}
+
+
+def hang_snapshot(launcher_pid: int) -> list:
+    """``dsdoctor hang``'s findings for the ranks under ``launcher_pid`` (one snapshot, no sampling), for a probe that
+    timed out; [] when no rank can be found or read (the timeout's own finding stands alone then)."""
+    try:
+        from dsdoctor.checks.hang.verdict import diagnose
+        from dsdoctor.commands.hang import snapshot_node
+        from dsdoctor.report import DsdoctorError
+
+        records, node = snapshot_node([launcher_pid], 0, 5.0, False)
+    except (DsdoctorError, OSError, ImportError):
+        return []
+    return diagnose(records, [node], 0)
+
+
 def launcher_command(launcher: str, nproc: int, master_port: int, script: Path, script_args: list[str]) -> list[str]:
     """The command line that launches ``nproc`` local ranks of ``script``.
 

@@ -12,6 +12,9 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
   keeps its gloo sockets open (and waits for the release), so that the others wait for the gone rank in all_reduce,
   as NCCL ranks do, instead of seeing gloo's "Connection reset by peer".
 - ``dataloader``: from step 3 every rank waits for a batch its DataLoader worker never produces until release.
+- With ``TORCH_FR_BUFFER_SIZE`` set, in ``sleep`` mode each rank also writes its Flight Recorder buffer to
+  ``TORCH_FR_DUMP_TEMP_FILE`` + rank once it stalls (after enqueueing step 3's all_reduce, or before the odd rank's
+  wait), as NCCL's watchdog does on a timeout (gloo has no watchdog to do it).
 - ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
 """
 
@@ -47,6 +50,14 @@ def wait_for_release(workdir: Path) -> None:
         time.sleep(0.05)
 
 
+def fr_dump(rank: int) -> None:
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE")
+    if prefix and os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        import torch._C._distributed_c10d as c10d
+
+        Path(f"{prefix}{rank}").write_bytes(c10d._dump_fr_trace())
+
+
 def load() -> None:
     time.sleep(0.1)
 
@@ -70,7 +81,14 @@ def main() -> None:
         x = next(loader) if loader is not None else torch.ones(4)
         if step == 3:
             if mode == "sleep" and rank == odd:
+                fr_dump(rank)
                 wait_for_release(workdir)
+            elif mode == "sleep" and os.environ.get("TORCH_FR_BUFFER_SIZE"):
+                work = dist.all_reduce(x, async_op=True)
+                fr_dump(rank)
+                work.wait()
+                log.write(f"rank {rank} step {step} loss {float(x.sum()) / (step + 1):.4f}\n")
+                continue
             if mode == "exit" and rank == odd:
                 log.close()
                 if os.fork() == 0:  # the sockets' holder, outside the launcher's tree once its parent is gone

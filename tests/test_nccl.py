@@ -58,6 +58,9 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     finding = data["findings"][0]
     assert finding["id"] == "NET407"
     assert finding["evidence"].startswith("stage rendezvous after 5 s; did not finish it: rank 1")
+    # dsdoctor hang's snapshot, taken before the ranks were stopped: where the missing rank is
+    hang = [f for f in data["findings"] if f["id"].startswith("HANG")]
+    assert hang and hang[0]["id"] == "HANG907" and "rank 1 at main at dsdoctor/nccl_worker.py:" in hang[0]["evidence"]
     assert elapsed < 5 + 30 + 15  # the stage timeout (+ the start-up allowance at rendezvous)
     assert workers_left(data["result"]["records"]) == 0
 

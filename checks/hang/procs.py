@@ -43,6 +43,10 @@ class RankProcess:
     cmdline: str
     job: tuple = ()
     children: list[int] = field(default_factory=list)
+    #: the Flight Recorder's settings in its environment (``checks/hang/flight.py``)
+    flight_env: dict = field(default_factory=dict)
+    #: when the process started, seconds since the epoch
+    started: float | None = None
 
 
 def _int(value: str | None) -> int | None:
@@ -93,9 +97,17 @@ def describe(proc) -> RankProcess | None:
     cmdline = _cmdline(proc)
     if found is None or not _python(cmdline):
         return None
+    from .flight import BUFFER_KEYS, DUMP_KEYS, PIPE_KEY
+
     rank, local_rank, world, local_world = found
+    try:
+        started = proc.create_time()
+    except (psutil.Error, OSError):
+        started = None
     return RankProcess(proc.pid, rank, local_rank, world, local_world, cmdline,
-                       tuple(env.get(k, "") for k in JOB_KEYS))
+                       tuple(env.get(k, "") for k in JOB_KEYS),
+                       flight_env={k: env[k] for k in (*BUFFER_KEYS, *DUMP_KEYS, PIPE_KEY, "TORCH_NCCL_DUMP_ON_TIMEOUT")
+                                   if k in env}, started=started)
 
 
 def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:

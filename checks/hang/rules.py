@@ -84,3 +84,15 @@ HANG907 = rule(
         "(`TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1`) and `NCCL_DEBUG=INFO`, and run "
         "`dsdoctor hang --native` to see the NCCL frames; otherwise fix what the frames wait on.",
     source=_SOURCE)
+HANG908 = rule(
+    "HANG908", "info", "the Flight Recorder is off for the next run",
+    what="Neither TORCH_FR_BUFFER_SIZE nor TORCH_NCCL_TRACE_BUFFER_SIZE is set above 0 here: the ranks of a run "
+         "started from this environment keep no record of their collectives.",
+    why="When a run hangs, the Flight Recorder's records say which collective (sequence number, op, sizes, process "
+        "group) each rank enqueued last and completed last: with NCCL, where a rank's stack shows only the next "
+        "synchronising line, that is what names the late rank. It costs a few MB per rank.",
+    fix="export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr_rank_ TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_ before "
+        "launching; `dsdoctor hang` then reads (and through the pipe, asks for) each rank's dump.",
+    source="torch/distributed/distributed_c10d.py (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE); PyTorch's "
+           "Flight Recorder documentation (dump on timeout, the debug-info pipe)")

@@ -109,13 +109,61 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
         extra = f"; {spans(absent)} of world size {world} {'is' if len(absent) == 1 else 'are'} in no snapshot " \
                 f"(another node: snapshot it and --merge)" if absent else ""
         findings.append(HANG905.finding(waiting + extra))
-    unreadable = [r for r in ranks if r not in readable]
+    recorded = flight(ranks)
+    if recorded is not None:
+        behind, mismatched, text = recorded
+        named = {f.id for f in findings}
+        if behind and not named & {"HANG901", "HANG903"}:
+            # with NCCL (or an async collective) the ranks' stacks show the wait at a line of their own (HANG907):
+            # the recorder says which of them is late, and the stacks where it is
+            findings = [f for f in findings if f.id != "HANG907"]
+            where_late = "; ".join(f"{_who([r])} is at {site(r['position'])}" for r in behind
+                                   if r.get("position", {}).get("state") not in (None, "unknown"))
+            findings.insert(0, HANG901.finding(text + (f"; {where_late}" if where_late else ""),
+                                               title=f"{_who(behind)} has not reached the collective the others "
+                                                     "enqueued (Flight Recorder)"))
+        elif mismatched and "HANG902" not in named:
+            findings.insert(0, HANG902.finding(text, title="mismatched collectives (Flight Recorder)"))
+        elif findings:
+            first = findings[0]
+            findings[0] = type(first)(**{**first.to_dict(), "evidence": f"{first.evidence}; Flight Recorder: {text}"})
+    # a rank py-spy read without error but with no thread is exiting: nothing to say of its stack
+    unreadable = [r for r in ranks if r not in readable and r.get("error")]
     for error, group in _by_error(unreadable).items():
         states = "; ".join(f"pid {r['pid']}: {r.get('proc', {}).get('status', '?')}"
-                           + (f", in the kernel's {r['proc']['wchan']}" if r.get("proc", {}).get("wchan") else "")
+                           + (f", in the kernel's {r['proc']['wchan']}" if r.get("proc", {}).get("wchan") not in (None, "0")
+                              else "")
                            for r in group[:8])
         findings.append(HANG906.finding(f"{_who(group)}: {error}; /proc: {states}"))
     return findings
+
+
+def flight(ranks: list[dict]) -> tuple[list[dict], bool, str] | None:
+    """What the ranks' Flight Recorder dumps say (``record["flight_recorder"]["groups"]``, ``checks/hang/flight.py``),
+    per process group: the ranks whose last enqueued collective is behind the others' (``behind``), whether ranks at
+    the same sequence number enqueued different ops (``mismatched``), and a line of evidence. None with fewer than two
+    ranks' dumps."""
+    dumps = [(r, (r.get("flight_recorder") or {}).get("groups")) for r in ranks]
+    dumps = [(r, g) for r, g in dumps if isinstance(g, dict) and g]
+    if len(dumps) < 2:
+        return None
+    behind, mismatched, parts = [], False, []
+    for group in sorted({name for _, g in dumps for name in g}):
+        last = [(r, g[group]["last_enqueued"]) for r, g in dumps if g.get(group) and g[group]["last_enqueued"]]
+        if len(last) < 2:
+            continue
+        top = max(op["seq"] for _, op in last)
+        late = [r for r, op in last if op["seq"] < top]
+        at_top = {op["op"] for _, op in last if op["seq"] == top}
+        mismatched |= len(at_top) > 1
+        for r in late:
+            if r not in behind:
+                behind.append(r)
+        by_op: dict[str, list[dict]] = {}
+        for r, op in last:
+            by_op.setdefault(f"{op['op']} #{op['seq']}", []).append(r)
+        parts.append(f"{group}: " + "; ".join(f"{_who(rs)} last enqueued {label}" for label, rs in by_op.items()))
+    return behind, mismatched, " | ".join(parts)
 
 
 def _verb(records: list[dict], one: str, many: str) -> str:

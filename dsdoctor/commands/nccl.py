@@ -63,7 +63,8 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
     from dsdoctor.checks.environment import collect, diagnose
     from dsdoctor.checks.network import free_port
     from dsdoctor.hardware import visible_gpus
-    from dsdoctor.launch import CPU_RANK_BYTES, cpu_rank_problem, launched, launcher_command
+    from dsdoctor.launch import (CPU_RANK_BYTES, cpu_rank_problem, flight_recorder_env, hang_snapshot, launched,
+                                 launcher_command)
 
     if nproc < 1:
         raise DsdoctorError(f"--nproc must be at least 1, got {nproc}")
@@ -102,7 +103,9 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
                            ["--out", str(out), "--backend", backend, "--timeout", str(timeout_s), "--sizes", sizes,
                             "--iters", str(iters)])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env = {**flight_recorder_env(out), **env}  # the Flight Recorder on for the probe's ranks, unless set already
     start = time.time()
+    snapshot = None
     # the ranks' output goes to a file: a pipe read only at the end fills up (64 KiB) under NCCL_DEBUG=INFO and
     # blocks the ranks, which then look hung
     launcher_log = open(out / "launcher.log", "w")
@@ -126,6 +129,8 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
                     timed_out = (stage, behind)
                     break
                 time.sleep(0.2)
+            if (timed_out or failures) and proc.poll() is None:
+                snapshot = hang_snapshot(proc.pid)  # where each rank still running waits, before they are stopped
     except KeyboardInterrupt:
         launcher_log.close()
         shutil.rmtree(out, ignore_errors=True)  # no report names it after an interrupt
@@ -173,6 +178,8 @@ def run_nccl(nproc: int, backend: str, timeout_s: float, sizes: str, iters: int)
         report.add(NET407.finding(
             f"stage {stage_name} after {timeout_s:g} s; {'; '.join(detail)}",
             fix=f"Likely causes at {stage_name}: {CAUSES.get(stage_name, CAUSES['barrier'])}."))
+        for finding in snapshot or []:
+            report.add(finding)
     elif port_taken(output, failures):
         report.add(NET401.finding(
             f"MASTER_PORT={port} was free when checked and taken when the ranks bound it (EADDRINUSE): another "

@@ -1,0 +1,155 @@
+"""PyTorch's Flight Recorder: each rank's ring buffer of the collectives it enqueued, started and completed, with
+their sequence numbers, ops, sizes and process groups.
+
+It is on when ``TORCH_FR_BUFFER_SIZE`` (torch 2.8+, any backend; gloo records too) or ``TORCH_NCCL_TRACE_BUFFER_SIZE``
+is above 0 (``torch/distributed/distributed_c10d.py`` reads both). A rank writes its buffer to ``<prefix><rank>``
+(prefix ``TORCH_FR_DUMP_TEMP_FILE`` or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, by default ``/tmp/nccl_trace_rank_``):
+NCCL's watchdog does on a timeout when ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, and on demand when
+``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` is set and a line is written to ``<that>``+``<rank>.pipe``. The dump is a pickle of
+``{"version", "pg_config", "pg_status", "entries": [{"collective_seq_id", "profiling_name" ("nccl:all_reduce"),
+"input_sizes", "process_group": [id, name], "state": "scheduled" | "started" | "completed", ...}]}``
+(``torch/distributed/flight_recorder/components/loader.py`` reads it so); ``_dump_fr_trace_json`` gives the same as
+JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import stat
+
+BUFFER_KEYS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+DUMP_KEYS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
+PIPE_KEY = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
+#: the settings `dsdoctor env` proposes and `smoke`/`nccl` give their own ranks
+RECOMMENDED = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+#: a dump larger than this is not read (a full buffer of 2000 entries with stacks is a few MB)
+MAX_DUMP_BYTES = 256 << 20
+
+
+def status(env: dict[str, str]) -> dict:
+    """Whether the Flight Recorder is on in ``env`` (a rank's environment, or this shell's for the next run):
+    ``{"on", "buffer_size", "dump_prefix", "dump_on_timeout", "pipe"}``."""
+    size = 0
+    for key in BUFFER_KEYS:
+        try:
+            size = max(size, int(str(env.get(key, "0")).strip() or 0))
+        except ValueError:
+            continue
+    prefix = next((env[k] for k in DUMP_KEYS if env.get(k)), DEFAULT_PREFIX)
+    return {"on": size > 0, "buffer_size": size, "dump_prefix": prefix,
+            "dump_on_timeout": str(env.get("TORCH_NCCL_DUMP_ON_TIMEOUT", "")).strip() in ("1", "true", "True"),
+            "pipe": env.get(PIPE_KEY) or None}
+
+
+def trigger(env: dict[str, str], rank: int) -> bool:
+    """Ask a rank for a dump through its debug-info pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` + rank + ``.pipe``,
+    made by ProcessGroupNCCL's heartbeat monitor); True when a line was written to it. Never blocks: a pipe that no
+    rank reads is left alone."""
+    pipe = env.get(PIPE_KEY)
+    if not pipe:
+        return False
+    path = f"{pipe}{rank}.pipe"
+    try:
+        if not stat.S_ISFIFO(os.stat(path).st_mode):
+            return False
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"1\n")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """A dump holds dicts, lists, strings and numbers only: any class in it is refused, so a file another user wrote
+    into /tmp cannot run code in dsdoctor."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"a class ({module}.{name}) in a Flight Recorder dump")
+
+
+def read_dump(path: str) -> dict:
+    """A dump file (pickle, or JSON) as a dict.
+
+    Raises:
+        ValueError: not a Flight Recorder dump (one line), or too large. OSError: unreadable."""
+    size = os.path.getsize(path)
+    if size > MAX_DUMP_BYTES:
+        raise ValueError(f"{path}: {size} bytes, more than a Flight Recorder dump holds")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw) if raw[:1] in (b"{", b"[") else _PlainUnpickler(io.BytesIO(raw)).load()
+    except (ValueError, pickle.UnpicklingError, EOFError, TypeError, AttributeError, IndexError) as exc:
+        raise ValueError(f"{path}: not a Flight Recorder dump ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+        raise ValueError(f"{path}: not a Flight Recorder dump (no entries)")
+    return data
+
+
+def _op(entry: dict) -> dict:
+    name = str(entry.get("profiling_name") or "?")
+    group = entry.get("process_group")
+    return {"seq": entry.get("collective_seq_id"), "op": name.split(":", 1)[-1], "backend": name.split(":", 1)[0]
+            if ":" in name else None, "sizes": entry.get("input_sizes"),
+            "group": group[1] if isinstance(group, (list, tuple)) and len(group) > 1 else group,
+            "state": entry.get("state")}
+
+
+def summary(dump: dict) -> dict:
+    """Per process group, the last collective the rank enqueued and the last it completed: ``{group name:
+    {"last_enqueued": {"seq", "op", "backend", "sizes", "group", "state"}, "last_completed": ... or None}}``
+    (point-to-point records, whose sequence numbers count apart, are left out)."""
+    groups: dict[str, dict] = {}
+    for entry in dump.get("entries") or []:
+        if not isinstance(entry, dict) or entry.get("is_p2p"):
+            continue
+        op = _op(entry)
+        if not isinstance(op["seq"], int):
+            continue
+        slot = groups.setdefault(str(op["group"]), {"last_enqueued": None, "last_completed": None})
+        if slot["last_enqueued"] is None or op["seq"] >= slot["last_enqueued"]["seq"]:
+            slot["last_enqueued"] = op
+        # NCCL's watchdog marks "completed"; gloo's records are only "retired" once their work is done
+        completed = entry.get("state") == "completed" or (entry.get("time_discovered_completed_ns") or 0) > 0 \
+            or entry.get("retired") is True
+        if completed and (slot["last_completed"] is None or op["seq"] >= slot["last_completed"]["seq"]):
+            slot["last_completed"] = op
+    return groups
+
+
+def of_rank(env: dict[str, str], rank: int | None, started: float | None = None) -> dict:
+    """What the Flight Recorder says of one rank: ``{"on", "path", "triggered", "groups": summary or None, "error"}``.
+    A dump older than the rank's process (``started``, seconds since the epoch) is a previous run's and not read."""
+    state = status(env)
+    out = {"on": state["on"], "path": None, "triggered": False, "groups": None, "error": None}
+    if not state["on"] or rank is None:
+        return out
+    out["triggered"] = trigger(env, rank)
+    path = out["path"] = f"{state['dump_prefix']}{rank}"
+    if out["triggered"]:
+        import time
+
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and not os.path.exists(path):
+            time.sleep(0.1)
+    try:
+        if started is not None and os.path.getmtime(path) < started:
+            out["error"] = "the dump there is older than the rank (a previous run's)"
+            return out
+        out["groups"] = summary(read_dump(path))
+    except FileNotFoundError:
+        out["error"] = ("no dump yet (NCCL writes one on a timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1, or on demand "
+                        f"through {PIPE_KEY})")
+    except (OSError, ValueError) as exc:
+        out["error"] = str(exc)[:200]
+    return out
