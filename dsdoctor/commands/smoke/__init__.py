@@ -154,7 +154,10 @@ def run_smoke(opts: SmokeOptions) -> Report:
     out = prepare_out(Path(opts.out))
     try:
         cmd = launcher_command(opts.launcher, nproc, port, trainer_script(), trainer_args(opts, model, out))
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        from dsdoctor.launch import flight_recorder_env
+
+        # the Flight Recorder on for the smoke's ranks (dumps in the run's directory), unless the user set it
+        env = {**flight_recorder_env(out), **os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         # torchrun sets 1 thread per rank when unset, the deepspeed launcher does not: ranks then oversubscribe
         # the cores (3.5x slower on 2 CPU ranks). Share the cores between the ranks for both.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))

@@ -131,6 +131,8 @@ def judge_run(report: Report, out: Path, opts, nproc: int, supervised, device_ty
     elif supervised.timed_out:
         report.add(timeout_finding(rows_by_rank, nproc, opts.steps, opts.timeout_s, supervised.builds,
                                    started=run_env is not None))
+        for finding in supervised.hang:  # which rank waited where when the run was stopped
+            report.add(finding)
     elif supervised.returncode != 0 or errors:
         for finding in training.failure_findings(errors, supervised.returncode, log_tail):
             report.add(finding)

@@ -21,6 +21,8 @@ class Supervised:
     removed_locks: list[str] = field(default_factory=list)
     #: the op builds seen while the ranks started: {"op", "path", "seconds", "by": "this run" | "PID n"}
     builds: list[dict] = field(default_factory=list)
+    #: on a timeout, `dsdoctor hang`'s findings for the ranks still running (their stacks, the Flight Recorder)
+    hang: list = field(default_factory=list)
 
 
 def supervise(cmd: list[str], env: dict, out: Path, steps: int, timeout_s: float,
@@ -38,7 +40,7 @@ def supervise(cmd: list[str], env: dict, out: Path, steps: int, timeout_s: float
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from dsdoctor import extensions
-    from dsdoctor.launch import descendants, launched, tagged
+    from dsdoctor.launch import descendants, hang_snapshot, launched, tagged
 
     metrics = out / "metrics" / "rank0.jsonl"
     start = time.monotonic()
@@ -123,6 +125,8 @@ def supervise(cmd: list[str], env: dict, out: Path, steps: int, timeout_s: float
                         progress.update(task, description="a rank failed")
                     if time.monotonic() - start > timeout_s:
                         outcome.timed_out = True
+                        if last is not None:  # past the start: where each rank waits, before they are stopped
+                            outcome.hang = hang_snapshot(proc.pid)
                         break
                     if first_error_at is not None and time.monotonic() - first_error_at > 60:
                         break
