@@ -83,7 +83,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--split", choices=("tuning", "held-out", "held-out-2", "held-out-3"),
+    parser.add_argument("--split", choices=("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4"),
                         help="score one split only (by default tuning and held-out: a later batch is scored only when "
                              "asked, once, so that nothing is tuned on it before)")
     args = parser.parse_args()
@@ -102,7 +102,7 @@ def main() -> None:
               f"{' WRONG RULE' if r['wrong_rule'] else ''} | {r['code']}{' (failure, exit 0)' if r['exit0'] else ''}"
               f" |")
     print()
-    for split in ("tuning", "held-out", "held-out-2", "held-out-3"):
+    for split in ("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4"):
         part = [r for r in rows if r["split"] == split]
         if not part:
             continue
