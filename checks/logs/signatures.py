@@ -601,6 +601,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
          r"rank (?P<rank>\d{1,6}) [^\n]{0,200}?exit code -9", _signal,
          "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
+    _sig("host-alloc", "MEM504", ("DefaultCPUAllocator", "can't allocate memory"),
+         r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (?P<bytes>\d{1,16}) "
+         r"bytes", _first_line, "dsdoctor env --deepspeed ds_config.json --model MODEL",
+         caught_note="(the host RAM that loading the model and offload need)"),
     _sig("shm-bus-error", "ENV312", ("Bus error", "bus error"),
          r"Bus error|ERROR: Unexpected bus error encountered in worker|No space left on device[^\n]{0,300}?shm",
          _first_line, "dsdoctor env", caught_note="(the /dev/shm size)"),

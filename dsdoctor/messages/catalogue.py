@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).parent
 #: the packages whose catalogues ship, in the order a tie is broken (the library nearest the user's code first)
@@ -35,6 +36,13 @@ HOLE_RE = ".{0,300}?"
 SPACES = re.compile(r"\s+")
 
 
+def _plain(text: str) -> str:
+    """A message without its backticks: an issue tracker renders them as code and drops them from the pasted text
+    ("via accelerator = Accelerator() before" for accelerate's "via `accelerator = Accelerator()` before"), so
+    templates and lines are compared without them."""
+    return text.replace("`", "")
+
+
 @dataclass(frozen=True)
 class Entry:
     """A template of a catalogue (see :mod:`dsdoctor.messages.mine`): ``parts`` literal text and ``None``
@@ -50,13 +58,13 @@ class Entry:
     versions: tuple
     all_versions: tuple  # every version the catalogue was made from
 
-    @property
+    @functools.cached_property
     def anchor(self) -> str:
-        return max((p.strip() for p in self.parts if p is not None), key=len, default="")
+        return max((_plain(p).strip() for p in self.parts if p is not None), key=len, default="")
 
     @functools.cached_property
     def regex(self) -> re.Pattern:
-        return re.compile("".join(HOLE_RE if p is None else re.escape(p) for p in self.parts))
+        return re.compile("".join(HOLE_RE if p is None else re.escape(_plain(p)) for p in self.parts))
 
     @property
     def text(self) -> str:
@@ -153,7 +161,8 @@ def _classes() -> dict[str, list[tuple[str, str, tuple[str, ...], tuple[str, ...
     """{class name: [(package, file, its versions, the versions mined), ...]} of every shipped catalogue, the packages
     in :data:`PACKAGES` order (the library nearest the user's code first)."""
     out: dict = {}
-    for package, data in catalogues().items():
+    order = {p: i for i, p in enumerate(PACKAGES)}
+    for package, data in sorted(catalogues().items(), key=lambda item: order.get(item[0], len(order))):
         for name, c in data.get("classes", {}).items():
             out.setdefault(name, []).append((package, c["file"], tuple(c["versions"]), tuple(data["versions"])))
     return out
@@ -164,13 +173,16 @@ def class_defined_by(name: str) -> int:
     return len(_classes().get(name, ()))
 
 
-def class_origin(name: str) -> dict | None:
-    """Where class ``name`` is defined, as mined (the first package of :data:`PACKAGES` that defines it) (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
-    DeepSpeed's ops/adam/cpu_adam.py): ``{"package", "file", "versions", "from": "class"}``, or None."""
+def class_origin(name: str, named: Callable[[str], bool] | None = None) -> dict | None:
+    """Where class ``name`` is defined, as mined (``'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'`` names
+    DeepSpeed's ops/adam/cpu_adam.py): ``{"package", "file", "versions", "from": "class"}``, or None. Defined by
+    several packages (``DummyOptim``: accelerate and DeepSpeed), the one ``named`` says the log names, else the first
+    in :data:`PACKAGES` order (the library nearest the user's code)."""
     found = _classes().get(name)
     if not found:
         return None
-    package, file, versions, mined = found[0]
+    chosen = [f for f in found if named is not None and named(f[0])] or found[:1]
+    package, file, versions, mined = chosen[0]
     span = Entry(package, "", "", (), file, 0, "", versions, mined).version_span()
     return {"package": package, "file": file, "function": None, "versions": span, "from": "class"}
 
@@ -198,7 +210,7 @@ def _index() -> dict[str, list[Entry]]:
 def lookup(text: str) -> Found | None:
     """The catalogue's template that ``text`` (one log line, or wrapped lines joined) holds, or None (see the module
     docstring)."""
-    line = SPACES.sub(" ", text)
+    line = _plain(SPACES.sub(" ", text))
     index = _index()
     seen: set[int] = set()
     best: Found | None = None
@@ -218,6 +230,56 @@ def lookup(text: str) -> Found | None:
         if best is None or (candidate.whole, candidate.literal) > (best.whole, best.literal):
             best = candidate
     return best
+
+
+#: approximate matching (:func:`approximate`): words of at least this many letters index a template
+WORD = re.compile(r"[a-z][a-z_]{3,}")
+#: a template is tried approximately only when its anchor has this many characters (short ones match by chance)
+MIN_FUZZY_ANCHOR = 40
+#: and matches when this share of its anchor's characters is found in the line, in order
+FUZZY_COVERAGE = 0.9
+
+
+@functools.lru_cache(maxsize=1)
+def _words() -> dict[str, list[Entry]]:
+    index: dict[str, list[Entry]] = {}
+    for e in entries():
+        if len(e.anchor) >= MIN_FUZZY_ANCHOR and e.kind in ("raise", "assert"):
+            for word in set(WORD.findall(e.anchor.lower())):
+                index.setdefault(word, []).append(e)
+    return index
+
+
+def approximate(text: str) -> Found | None:
+    """The raised or asserted message a line holds with another wording than the template's at a few places (a
+    message retyped by hand: "DeepSpeed Zreo-3 is not compatible with 'low_cpu_mem_usage=True'"; quotes for
+    backticks): the template whose anchor (40 characters or more) shares the most words with the line and of which
+    90% of the characters are found in the line in order (``difflib.SequenceMatcher``'s matching blocks). None
+    when none does. Used only where :func:`lookup` found nothing."""
+    import difflib
+
+    line = _plain(SPACES.sub(" ", text))[:2000]
+    lower = line.lower()
+    words = set(WORD.findall(lower))
+    if len(words) < 4:
+        return None
+    index = _words()
+    shared: dict[int, tuple[int, Entry]] = {}
+    for word in words:
+        for e in index.get(word, ()):
+            count, _ = shared.get(id(e), (0, e))
+            shared[id(e)] = (count + 1, e)
+    ranked = sorted(shared.values(), key=lambda item: -item[0] / max(1, len(set(WORD.findall(item[1].anchor.lower())))))
+    for count, e in ranked[:8]:
+        need = set(WORD.findall(e.anchor.lower()))
+        if count < 0.6 * len(need):
+            break
+        anchor = e.anchor.lower()
+        matcher = difflib.SequenceMatcher(None, lower, anchor, autojunk=False)
+        found = sum(block.size for block in matcher.get_matching_blocks())
+        if found >= FUZZY_COVERAGE * len(anchor):
+            return Found(e, False, found)
+    return None
 
 
 def catalogue_versions() -> dict[str, tuple[str, ...]]:

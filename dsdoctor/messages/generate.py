@@ -31,7 +31,9 @@ HERE = Path(__file__).parent
 SCOPE = {
     "deepspeed": ("runtime/", "ops/op_builder/", "ops/adam/", "launcher/", "utils/", "comm/", "accelerator/",
                   "checkpoint/", "elasticity/", "moe/", "pipe/", "__init__.py", "env_report.py"),
-    "transformers": ("integrations/deepspeed.py", "trainer.py", "modeling_utils.py", "training_args.py",
+    # deepspeed.py: the integration's place before transformers 4.32 (integrations/deepspeed.py since)
+    "transformers": ("integrations/deepspeed.py", "deepspeed.py", "trainer.py", "modeling_utils.py",
+                     "training_args.py",
                      "dynamic_module_utils.py", "integrations/peft.py", "trainer_utils.py", "trainer_pt_utils.py",
                      "utils/import_utils.py", "modeling_flash_attention_utils.py", "data/data_collator.py",
                      "configuration_utils.py", "tokenization_utils_base.py", "hf_argparser.py", "utils/versions.py"),
