@@ -326,3 +326,60 @@ def test_py_spy_missing_is_a_finding_not_a_traceback(tmp_path, monkeypatch):
     monkeypatch.setattr(stacks, "py_spy", lambda: None)
     threads, error = stacks.dump(os.getpid())
     assert threads is None and error == "py-spy is not installed (pip install py-spy)"
+
+
+PY_SPY_PASTE = """\
+Process 4011: /usr/bin/python3 train.py --local_rank=0
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4011 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
+    main (train.py:75)
+    <module> (train.py:90)
+Thread 4100 (idle): "Thread-1 (_pin_memory_loop)"
+    _pin_memory_loop (torch/utils/data/_utils/pin_memory.py:55)
+Process 4012: /usr/bin/python3 train.py --local_rank=1
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4012 (active+gil): "MainThread"
+    save_checkpoint (train.py:47)
+    main (train.py:70)
+"""
+
+
+def test_explain_reads_py_spy_dumps_pasted_into_a_log():
+    """Two ranks' `py-spy dump` texts, as users paste them into an issue: rank 1 has not reached the all_reduce."""
+    result = CliRunner().invoke(cli, ["explain", "-", "--json", "-"], input=PY_SPY_PASTE)
+    data = json.loads(result.output)
+    assert result.exit_code == 1
+    first = data["findings"][0]
+    assert first["id"] == "HANG901"
+    assert first["title"] == "rank 1 has not reached all_reduce: it is at save_checkpoint at train.py:47"
+    assert first["evidence"].startswith("rank 0 waits in all_reduce called from main at train.py:75")
+
+
+def _real_dump(path: Path, collectives: int) -> None:
+    """A Flight Recorder dump written by torch itself: a one-rank gloo group that ran ``collectives`` all_reduces."""
+    code = ("import os, torch, torch.distributed as dist, torch._C._distributed_c10d as c\n"
+            "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d', rank=0, world_size=1)\n"
+            "x = torch.ones(2)\n"
+            "for _ in range(%d): dist.all_reduce(x)\n"
+            "open(%r, 'wb').write(c._dump_fr_trace())\n"
+            "dist.destroy_process_group()\n" % (_free_port(), collectives, str(path)))
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                   env=dict(os.environ, TORCH_FR_BUFFER_SIZE="100"), capture_output=True)
+
+
+def test_explain_reads_flight_recorder_dump_files(tmp_path):
+    """Dumps as torch writes them (``<prefix><rank>``): rank 1 enqueued one collective fewer than rank 0."""
+    _real_dump(tmp_path / "nccl_trace_rank_0", 3)
+    _real_dump(tmp_path / "nccl_trace_rank_1", 2)
+    result = CliRunner().invoke(cli, ["explain", str(tmp_path / "nccl_trace_rank_0"),
+                                      str(tmp_path / "nccl_trace_rank_1"), "--json", "-"])
+    data = json.loads(result.output)
+    assert result.exit_code == 1, result.output
+    (finding,) = data["findings"]
+    assert finding["id"] == "HANG901"
+    assert finding["evidence"] == ("default_pg: rank 0 last enqueued all_reduce #3; rank 1 last enqueued "
+                                   "all_reduce #2")

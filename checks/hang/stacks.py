@@ -121,3 +121,46 @@ def position(frames: list[dict]) -> dict:
 def signature(frames: list[dict]) -> tuple:
     """What must stay the same for a thread to be standing still: its frames' (file, function, line)."""
     return tuple((f["file"], f["name"], f["line"]) for f in frames)
+
+
+#: ``py-spy dump``'s text, as pasted into a log: ``Process 4011: python train.py --local_rank=0``, ``Thread 4011
+#: (idle): "MainThread"``, then one frame a line, ``    all_reduce (torch/distributed/distributed_c10d.py:3252)``
+PROCESS_LINE = re.compile(r"^Process (?P<pid>\d{1,10}): (?P<cmd>.{0,500})$")
+THREAD_LINE = re.compile(r"^Thread (?P<tid>0x[0-9A-Fa-f]{1,16}|\d{1,10}) \((?P<state>[\w,+ -]{1,40})\)"
+                         r"(?:: \"(?P<name>[^\"]{0,200})\")?")
+FRAME_LINE = re.compile(r"^\s{2,12}(?P<name>[^\s(][^()]{0,200}?) \((?P<file>[^():]{1,400}):(?P<line>\d{1,7})\)\s*$")
+LOCAL_RANK = re.compile(r"--local[_-]rank[= ](?P<rank>\d{1,6})")
+
+
+def parse_dumps(lines) -> list[dict]:
+    """The processes of ``py-spy dump`` texts pasted into a log (``lines``: objects with ``text`` and ``rank``, as
+    :func:`dsdoctor.checks.logs.read_lines` makes them): ``[{"pid", "rank" (the line's rank prefix, else the
+    command line's --local_rank, else None), "cmdline", "threads": [{"thread_name", "frames"}]}]``, in order."""
+    processes: list[dict] = []
+    thread = None
+    for line in lines:
+        text = line.text.rstrip()
+        found = PROCESS_LINE.match(text)
+        if found:
+            rank = line.rank
+            if rank is None:
+                local = LOCAL_RANK.search(found.group("cmd"))
+                rank = int(local.group("rank")) if local else None
+            processes.append({"pid": int(found.group("pid")), "rank": rank, "cmdline": found.group("cmd"),
+                              "threads": []})
+            thread = None
+            continue
+        found = THREAD_LINE.match(text)
+        if found:
+            if not processes:  # a dump pasted without its Process line
+                processes.append({"pid": 0, "rank": line.rank, "cmdline": "", "threads": []})
+            thread = {"thread_name": found.group("name") or "", "frames": []}
+            processes[-1]["threads"].append(thread)
+            continue
+        found = FRAME_LINE.match(text) if thread is not None else None
+        if found:
+            thread["frames"].append({"name": found.group("name"), "file": found.group("file"),
+                                     "short": found.group("file"), "line": int(found.group("line"))})
+        elif thread is not None and text and not text.startswith((" ", "\t")):
+            thread = None  # the dump has ended
+    return [p for p in processes if any(t["frames"] for t in p["threads"])]

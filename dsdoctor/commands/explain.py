@@ -428,6 +428,55 @@ def _report_error(name: str, report: dict) -> DsdoctorError:
 
 # --- the command ------------------------------------------------------------------------------------------------------
 
+def _flight_dump(source: str) -> tuple[int, dict] | None:
+    """(rank, per-group summary) of a PyTorch Flight Recorder dump file given to explain (a pickle: torch writes
+    ``<prefix><rank>``, the rank its name's last digits), or None for anything else (a log)."""
+    import re
+
+    from dsdoctor.checks.hang.flight import read_dump, summary
+
+    if source == "-":
+        return None
+    try:
+        with open(os.path.expanduser(source), "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return None
+    found = re.search(r"(\d{1,6})$", os.path.basename(source))
+    if head[:1] != b"\x80" or not found:  # pickle's protocol mark; a JSON dump is read as a log
+        return None
+    try:
+        return int(found.group(1)), summary(read_dump(os.path.expanduser(source)))
+    except (OSError, ValueError):
+        return None
+
+
+def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
+    """``dsdoctor hang``'s verdict (``checks/hang/verdict.py``) on the py-spy dumps pasted into the log and the Flight
+    Recorder dumps given; their ranks go to ``result["hang"]``. [] when there are neither."""
+    from dsdoctor.checks.hang.stacks import main_thread, parse_dumps, position
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    processes = parse_dumps(lines) if any("Thread " in ln.text for ln in lines[:200000]) else []
+    if not processes and not flight_dumps:
+        return []
+    records = []
+    for p in processes:
+        main = main_thread(p["threads"])
+        records.append({"host": None, "pid": p["pid"], "rank": p["rank"], "cmdline": p["cmdline"],
+                        "position": position(main["frames"]) if main else {"state": "unknown"}, "advancing": None,
+                        "error": None, "proc": {}, "workers": [], "flight_recorder": None})
+    for rank, groups in sorted(flight_dumps.items()):
+        record = next((r for r in records if r["rank"] == rank), None)
+        if record is None:
+            record = {"host": None, "pid": 0, "rank": rank, "position": {"state": "unknown"}, "advancing": None,
+                      "error": None, "proc": {}, "workers": [], "flight_recorder": None}
+            records.append(record)
+        record["flight_recorder"] = {"on": True, "groups": groups}
+    result["hang"] = [{k: r[k] for k in ("pid", "rank", "position", "flight_recorder")} for r in records]
+    return diagnose(records, [{"host": None, "gone": []}], 0)
+
+
 def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
     """The body of ``dsdoctor explain``: ``sources`` are paths (or one '-' for stdin), each read within its share of
     :data:`MAX_TOTAL_BYTES`; one log, or one file per rank merged by their timestamps."""
@@ -452,7 +501,12 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
     streams, skipped_of, reports, empty = [], {}, [], []
     outside = 0  # non-empty lines outside the reports found
     first_skipped = None
+    flight_dumps: dict[int, dict] = {}  # Flight Recorder dump files given beside (or instead of) the logs
     for number, source in enumerate(sources):
+        dump = _flight_dump(source)
+        if dump is not None:
+            flight_dumps[dump[0]] = dump[1]
+            continue
         try:
             text, skipped = read_log(source, budget, head_bytes)
         except DsdoctorError as exc:
@@ -475,10 +529,14 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
             skipped_of[name] = skipped
             first_skipped = skipped if number == 0 else first_skipped
         streams.append(lines)
-    if not streams:
+    if not streams and not flight_dumps:
         raise DsdoctorError(f"{', '.join(empty[:5])}: every log given is empty: nothing to explain")
-    merged = merge(streams)
-    findings, result = explain_text(merged, first_skipped if not several else None)
+    merged = merge(streams) if streams else []
+    findings, result = explain_text(merged, first_skipped if not several else None) if merged else ([], {})
+    hung = _hang_findings(merged, flight_dumps, result)
+    if hung:  # py-spy dumps or Flight Recorder records: which rank waits where; first unless a failure is named
+        named = findings and findings[0].id not in (LOG800.id, "LOG810", "LOG811")
+        findings = findings + hung if named else hung + [f for f in findings if f.id != LOG800.id]
     if empty:
         result["empty_files"] = empty
     if reports and findings[0].id == LOG800.id and outside <= REPORT_OTHER_LINES:  # a report, no log around it
