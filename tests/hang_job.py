@@ -15,6 +15,7 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
 - With ``TORCH_FR_BUFFER_SIZE`` set, in ``sleep`` mode each rank also writes its Flight Recorder buffer to
   ``TORCH_FR_DUMP_TEMP_FILE`` + rank once it stalls (after enqueueing step 3's all_reduce, or before the odd rank's
   wait), as NCCL's watchdog does on a timeout (gloo has no watchdog to do it).
+- With ``HANG_JOB_BACKEND=nccl`` the ranks use NCCL on their GPU (``cuda:LOCAL_RANK``) instead of gloo on the CPU.
 - ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
 """
 
@@ -68,7 +69,12 @@ def compute() -> None:
 
 def main() -> None:
     mode, workdir = sys.argv[1], Path(sys.argv[2])
-    dist.init_process_group("gloo")
+    backend = os.environ.get("HANG_JOB_BACKEND", "gloo")
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     odd = world - 1
     loader = iter(torch.utils.data.DataLoader(SlowData(workdir), batch_size=None, num_workers=1)) \
@@ -78,7 +84,7 @@ def main() -> None:
     step = 0
     while step < 10_000:
         step += 1
-        x = next(loader) if loader is not None else torch.ones(4)
+        x = (next(loader) if loader is not None else torch.ones(4)).to(device)
         if step == 3:
             if mode == "sleep" and rank == odd:
                 fr_dump(rank)
