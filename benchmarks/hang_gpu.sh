@@ -13,9 +13,10 @@ for i in $(seq 1 120); do [ -f "$OUT/job/loss-0.log" ] && [ "$(wc -l < "$OUT/job
 sleep 3
 ls "$OUT/job"
 LAUNCHER=$(pgrep -f "torchrun --nproc-per-node 1 --master-port 29611" | head -1)
-start=$(date +%s.%N)
+start=$(date +%s%N)
 python3 -m dsdoctor hang --pid "$LAUNCHER" --json "$OUT/hang.json" > "$OUT/hang.txt" 2>&1
-echo "dsdoctor hang rc $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+rc=$?
+echo "dsdoctor hang rc $rc in $(( ($(date +%s%N) - start) / 1000000 )) ms"
 cat "$OUT/hang.txt"
 python3 - "$OUT/hang.json" <<'PY'
 import json, sys
