@@ -5,6 +5,9 @@
 #   source .whl/prelude.sh && bash benchmarks/hang_gpu.sh $OUT
 set -u
 OUT=${1:-/tmp/hang-gpu}
+# where the prelude could not install the project, dsdoctor runs from the checkout: give it its installed layout
+python3 -c "import dsdoctor.checks" 2>/dev/null || { ln -sfn "$PWD/checks" dsdoctor/checks; \
+  ln -sfn "$PWD/reference_train" dsdoctor/reference_train; }
 mkdir -p "$OUT/job"
 export HANG_JOB_BACKEND=nccl TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 \
   TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$OUT/job/fr_rank_" TORCH_NCCL_DEBUG_INFO_PIPE_FILE="$OUT/job/fr_pipe_"
