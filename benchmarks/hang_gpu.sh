@@ -9,8 +9,8 @@ OUT=${1:-/tmp/hang-gpu}
 python3 -c "import dsdoctor.checks" 2>/dev/null || { ln -sfn "$PWD/checks" dsdoctor/checks; \
   ln -sfn "$PWD/reference_train" dsdoctor/reference_train; }
 mkdir -p "$OUT/job"
-export HANG_JOB_BACKEND=nccl TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 \
-  TORCH_NCCL_DEBUG_INFO_TEMP_FILE="$OUT/job/fr_rank_" TORCH_NCCL_DEBUG_INFO_PIPE_FILE="$OUT/job/fr_pipe_"
+export HANG_JOB_BACKEND=nccl TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 \
+  TORCH_FR_DUMP_TEMP_FILE="$OUT/job/fr_rank_" TORCH_NCCL_DEBUG_INFO_PIPE_FILE="$OUT/job/fr_pipe_"
 setsid torchrun --nproc-per-node 1 --master-port 29611 tests/hang_job.py sleep "$OUT/job" > "$OUT/job/out.txt" 2>&1 &
 for i in $(seq 1 120); do [ -f "$OUT/job/loss-0.log" ] && [ "$(wc -l < "$OUT/job/loss-0.log")" -ge 2 ] && break; sleep 0.5; done
 sleep 3

@@ -116,7 +116,6 @@ def flight_recorder_env(out_dir: Path) -> dict[str, str]:
     from dsdoctor.checks.hang.flight import RECOMMENDED
 
     return {**RECOMMENDED, "TORCH_FR_DUMP_TEMP_FILE": str(out_dir / "fr_rank_"),
-            "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(out_dir / "fr_rank_"),
             "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(out_dir / "fr_pipe_")}
 
 

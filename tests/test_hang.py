@@ -383,3 +383,16 @@ def test_explain_reads_flight_recorder_dump_files(tmp_path):
     assert finding["id"] == "HANG901"
     assert finding["evidence"] == ("default_pg: rank 0 last enqueued all_reduce #3; rank 1 last enqueued "
                                    "all_reduce #2")
+
+
+@pytest.mark.slow
+def test_kill_stops_the_ranks_only_after_the_snapshot_and_says_what_it_stopped(job):
+    j = job("sleep")
+    pids = [int((j.workdir / f"ready-{r}").read_text()) for r in range(2)]
+    code, data, result = hang("--pid", str(j.proc.pid), "--interval", "0", "--kill")
+    assert code == 1, result.output
+    assert data["findings"][0]["id"] == "HANG901"  # the snapshot first
+    killed = data["result"]["killed"]
+    assert sorted(killed) == sorted(f"rank {r} (pid {p}): SIGTERM" for r, p in enumerate(pids))
+    j.proc.wait(30)
+    assert not any(_alive(p) for p in pids)

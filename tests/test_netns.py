@@ -124,3 +124,55 @@ def test_an_address_with_no_route_is_net410(hosts):
     out, err = proc.communicate(timeout=60)
     findings = {f["id"]: f for f in json.loads(out)["findings"]}
     assert findings["NET410"]["evidence"] == "MASTER_ADDR=10.99.0.1 port 29500: Network is unreachable"
+
+
+def test_hang_snapshots_of_two_hosts_merge_into_one_verdict(hosts, tmp_path):
+    """A job over both hosts (torchrun --nnodes 2, gloo): host B's rank 1 is held up in its own code before step 3's
+    all_reduce, host A's rank 0 waits in it. Each host's `dsdoctor hang --json` sees only half: A says the late rank is
+    not here (HANG905, rank 1 in no snapshot), B that its rank is in no collective (HANG907). `--merge` of the two
+    names rank 1 and where it is (HANG901). The job then goes on to its end."""
+    from pathlib import Path
+
+    job = Path(__file__).resolve().parent / "hang_job.py"
+    port = free_port()
+    launchers = []
+    for node, (ns, link) in enumerate(((A, VA), (B, VB))):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                "--nproc-per-node", "1", "--master-addr", ADDR_A, "--master-port", str(port), str(job), "sleep",
+                str(tmp_path)]
+        launchers.append(in_ns(ns, argv, {"GLOO_SOCKET_IFNAME": link, "OMP_NUM_THREADS": "1"},
+                               start_new_session=True))
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not all(
+                (tmp_path / f"loss-{r}.log").exists() and len((tmp_path / f"loss-{r}.log").read_text().splitlines())
+                >= 2 for r in range(2)):
+            assert all(p.poll() is None for p in launchers), [p.communicate()[1][-1500:] for p in launchers]
+            time.sleep(0.3)
+        time.sleep(1.0)
+        snapshots = []
+        for ns, proc in zip((A, B), launchers):
+            path = tmp_path / f"{ns}.json"
+            # `ip netns exec` runs torchrun as its child: the launcher's PID is the netns exec process's own
+            snap = in_ns(ns, [sys.executable, "-m", "dsdoctor", "hang", "--pid", str(proc.pid), "--interval", "0.5",
+                              "--json", str(path)], {})
+            snap.communicate(timeout=60)
+            snapshots.append(json.loads(path.read_text()))
+        assert snapshots[0]["findings"][0]["id"] == "HANG905"
+        assert "rank 1 of world size 2 is in no snapshot" in snapshots[0]["findings"][0]["evidence"]
+        assert snapshots[1]["findings"][0]["id"] == "HANG907"
+        merged = subprocess.run([sys.executable, "-m", "dsdoctor", "hang", "--merge", str(tmp_path / f"{A}.json"),
+                                 "--merge", str(tmp_path / f"{B}.json"), "--json", "-"], capture_output=True,
+                                text=True, timeout=60)
+        data = json.loads(merged.stdout)
+        assert merged.returncode == 1
+        assert data["findings"][0]["id"] == "HANG901"
+        assert data["findings"][0]["title"].startswith("rank 1 has not reached all_reduce: it is at wait_for_release")
+        (tmp_path / "release").write_text("")
+        assert [p.wait(60) for p in launchers] == [0, 0]
+    finally:
+        for p in launchers:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)

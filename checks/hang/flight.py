@@ -2,7 +2,7 @@
 their sequence numbers, ops, sizes and process groups.
 
 It is on when ``TORCH_FR_BUFFER_SIZE`` (torch 2.8+, any backend; gloo records too) or ``TORCH_NCCL_TRACE_BUFFER_SIZE``
-is above 0 (``torch/distributed/distributed_c10d.py`` reads both). A rank writes its buffer to ``<prefix><rank>``
+(the older name, which torch 2.11 warns is deprecated) is above 0 (``torch/distributed/distributed_c10d.py`` reads both). A rank writes its buffer to ``<prefix><rank>``
 (prefix ``TORCH_FR_DUMP_TEMP_FILE`` or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, by default ``/tmp/nccl_trace_rank_``):
 NCCL's watchdog does on a timeout when ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, and on demand when
 ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` is set and a line is written to ``<that>``+``<rank>.pipe``. The dump is a pickle of
@@ -25,8 +25,7 @@ DUMP_KEYS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"
 PIPE_KEY = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
 #: the settings `dsdoctor env` proposes and `smoke`/`nccl` give their own ranks
-RECOMMENDED = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-               "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+RECOMMENDED = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 #: a dump larger than this is not read (a full buffer of 2000 entries with stacks is a few MB)
 MAX_DUMP_BYTES = 256 << 20
 
@@ -127,29 +126,49 @@ def summary(dump: dict) -> dict:
     return groups
 
 
-def of_rank(env: dict[str, str], rank: int | None, started: float | None = None) -> dict:
-    """What the Flight Recorder says of one rank: ``{"on", "path", "triggered", "groups": summary or None, "error"}``.
-    A dump older than the rank's process (``started``, seconds since the epoch) is a previous run's and not read."""
-    state = status(env)
-    out = {"on": state["on"], "path": None, "triggered": False, "groups": None, "error": None}
-    if not state["on"] or rank is None:
-        return out
-    out["triggered"] = trigger(env, rank)
-    path = out["path"] = f"{state['dump_prefix']}{rank}"
-    if out["triggered"]:
-        import time
+def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float = 15.0) -> list[dict]:
+    """What the Flight Recorder says of each rank, given as (its environment, its rank, when its process started in
+    seconds since the epoch): ``[{"on", "path", "triggered", "groups": summary or None, "error"}]``, in order. Every
+    rank with a debug-info pipe is asked for a dump first, then the dumps are awaited together for up to ``wait_s``
+    (on an H200, NCCL's heartbeat monitor wrote one 6 s after the request: it includes the C++ stacks). A dump older
+    than its rank's process is a previous run's and not read."""
+    import time
 
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and not os.path.exists(path):
-            time.sleep(0.1)
-    try:
-        if started is not None and os.path.getmtime(path) < started:
-            out["error"] = "the dump there is older than the rank (a previous run's)"
-            return out
-        out["groups"] = summary(read_dump(path))
-    except FileNotFoundError:
-        out["error"] = ("no dump yet (NCCL writes one on a timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1, or on demand "
-                        f"through {PIPE_KEY})")
-    except (OSError, ValueError) as exc:
-        out["error"] = str(exc)[:200]
+    out = []
+    for env, rank, _ in ranks:
+        state = status(env)
+        item = {"on": state["on"], "path": None, "triggered": False, "groups": None, "error": None}
+        if state["on"] and rank is not None:
+            item["path"] = f"{state['dump_prefix']}{rank}"
+            before = _mtime(item["path"])
+            item["triggered"] = trigger(env, rank)
+            item["_before"] = before
+        out.append(item)
+    deadline = time.monotonic() + wait_s
+    while any(i["triggered"] and _mtime(i["path"]) == i["_before"] for i in out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if any(i["triggered"] for i in out):
+        time.sleep(0.3)  # a dump being written is complete a moment after it appears
+    for item, (_, _, started) in zip(out, ranks):
+        item.pop("_before", None)
+        if item["path"] is None:
+            continue
+        try:
+            if started is not None and os.path.getmtime(item["path"]) < started:
+                item["error"] = "the dump there is older than the rank (a previous run's)"
+                continue
+            item["groups"] = summary(read_dump(item["path"]))
+        except FileNotFoundError:
+            item["error"] = ("no dump" + (f" {wait_s:g} s after asking through the pipe" if item["triggered"] else
+                                          f" yet (NCCL writes one on a timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1, or on "
+                                          f"demand through {PIPE_KEY})"))
+        except (OSError, ValueError) as exc:
+            item["error"] = str(exc)[:200]
     return out
+
+
+def _mtime(path: str | None) -> float | None:
+    try:
+        return os.path.getmtime(path) if path else None
+    except OSError:
+        return None

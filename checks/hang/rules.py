@@ -91,8 +91,9 @@ HANG908 = rule(
     why="When a run hangs, the Flight Recorder's records say which collective (sequence number, op, sizes, process "
         "group) each rank enqueued last and completed last: with NCCL, where a rank's stack shows only the next "
         "synchronising line, that is what names the late rank. It costs a few MB per rank.",
-    fix="export TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/tmp/fr_rank_ TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_ before "
-        "launching; `dsdoctor hang` then reads (and through the pipe, asks for) each rank's dump.",
+    fix="export TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=/tmp/fr_rank_ "
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_ before launching (torch before 2.8: TORCH_NCCL_TRACE_BUFFER_SIZE "
+        "and TORCH_NCCL_DEBUG_INFO_TEMP_FILE); `dsdoctor hang` then reads (and through the pipe, asks for) each "
+        "rank's dump.",
     source="torch/distributed/distributed_c10d.py (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE); PyTorch's "
            "Flight Recorder documentation (dump on timeout, the debug-info pipe)")

@@ -435,10 +435,11 @@ def _flight_dump(source: str) -> tuple[int, dict] | None:
 
     from dsdoctor.checks.hang.flight import read_dump, summary
 
-    if source == "-":
+    path = os.path.expanduser(source)
+    if source == "-" or not os.path.isfile(path):  # never open a FIFO or a device here: read_log says what it is
         return None
     try:
-        with open(os.path.expanduser(source), "rb") as f:
+        with open(path, "rb") as f:
             head = f.read(2)
     except OSError:
         return None
@@ -446,7 +447,7 @@ def _flight_dump(source: str) -> tuple[int, dict] | None:
     if head[:1] != b"\x80" or not found:  # pickle's protocol mark; a JSON dump is read as a log
         return None
     try:
-        return int(found.group(1)), summary(read_dump(os.path.expanduser(source)))
+        return int(found.group(1)), summary(read_dump(path))
     except (OSError, ValueError):
         return None
 

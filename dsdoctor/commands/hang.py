@@ -163,10 +163,12 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
                 # the worker's own code (a dataset's __getitem__), not torch's worker loop or the standard library
                 user = next((f for f in frames if not LIBRARY.search(f["file"])), frames[0] if frames else None)
                 record["workers"].append({"pid": child, "at": where(user) if user else None, "error": error})
-    from dsdoctor.checks.hang.flight import of_rank
+    from dsdoctor.checks.hang.flight import of_ranks
 
-    for record, rank in zip(records, ranks):  # the Flight Recorder's view, where the job records it
-        record["flight_recorder"] = of_rank(rank.flight_env, rank.rank, rank.started)
+    # the Flight Recorder's view, where the job records it (every rank asked at once through its pipe, if any)
+    recorded = of_ranks([(rank.flight_env, rank.rank, rank.started) for rank in ranks], wait_s=max(10.0, timeout))
+    for record, flight in zip(records, recorded):
+        record["flight_recorder"] = flight
     node = {"host": host, "launcher": launcher, "gone": _gone(ranks, launcher), "oom_kills": [],
             "dmesg_error": None}
     if node["gone"]:
