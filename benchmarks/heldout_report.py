@@ -34,11 +34,17 @@ def predict(grid_path: Path) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"# replay predictions for {grid_path}, made before its GPU run came back; code at {commit} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    from dsdoctor.report import DsdoctorError
+
     for point in json.loads(grid_path.read_text()):
-        setup = setup_of(point)
-        est = estimate(setup)
-        context = cuda_context_bytes(setup)
-        r = replay_setup(setup, gpu_total - context, attn=setup_attn(point))
+        try:
+            setup = setup_of(point)
+            est = estimate(setup)
+            context = cuda_context_bytes(setup)
+            r = replay_setup(setup, gpu_total - context, attn=setup_attn(point))
+        except DsdoctorError as exc:  # predicted to stop before training (peft or transformers refuses the setup)
+            print(json.dumps({"name": point["name"], "predicted_failure": str(exc)}), flush=True)
+            continue
         print(json.dumps({"name": point["name"], "calibrated_total": est.total, "calibrated_allocated": est.allocated,
                           "calibrated_verdict": verdict(est.total, gpu_total),
                           "replay_reserved": r.reserved, "replay_allocated": r.allocated, "replay_oom": r.oom_phase,
@@ -70,10 +76,14 @@ def main(folder: Path) -> None:
         r = json.loads(path.read_text())
         point = r["point"]
         p = pred[point["name"]]
-        if r.get("failed"):
+        if r.get("failed") or "predicted_failure" in p:
             errors = [line for line in r.get("stderr", "").splitlines() if "Error" in line]
             why = errors[-1].split("]:")[-1].strip()[:140] if errors else "timeout"
-            print(f"| {point['name']} | {point.get('loop')} | (failed before training: {why}) |||||")
+            said = f"predicted to stop before training: {p['predicted_failure'][:140]}" if "predicted_failure" in p \
+                else "predicted to train"
+            ran = f"failed before training: {why}" if r.get("failed") else "trained"
+            print(f"| {point['name']} | {point.get('loop')} | ({ran}; {said}) |||||")
+            verdicts.append(((bool(r.get("failed")) == ("predicted_failure" in p),) * 2))
             continue
         nvml, oom = r["nvml_peak_over_baseline"], r["oom"]
         replay_total = None if p["replay_reserved"] is None else p["replay_reserved"] + p["context"]

@@ -118,6 +118,11 @@ def test_a_rank_that_sleeps_before_the_collective_is_named_with_its_frame_and_th
     ranks = {r["rank"]: r for r in data["result"]["ranks"]}
     assert ranks[0]["position"]["state"] == "collective" and ranks[1]["position"]["state"] == "elsewhere"
     assert ranks[0]["advancing"] is False  # rank 1 polls its file: its samples may show the loop's two lines
+    # found without --pid too, from the ranks' environment (other jobs on the machine may be found beside them)
+    from dsdoctor.checks.hang.procs import find_ranks
+
+    found = {r.pid: r for r in find_ranks()}
+    assert all(found[ranks[r]["pid"]].rank == r for r in range(2))
     before = [j.steps(r) for r in range(2)]
     assert before == [2, 2]
     assert j.release() == 0  # unchanged by the snapshot: the loss log goes on to the end
@@ -150,7 +155,8 @@ def test_a_rank_that_exited_is_gone_and_the_others_wait_for_it(job):
 @pytest.mark.slow
 def test_every_rank_waiting_for_its_dataloader_names_the_workers_frame(job):
     j = job("dataloader")
-    code, data, _ = hang("--interval", "0.5")  # found without --pid, from the ranks' environment
+    ranks = [str(int((j.workdir / f"ready-{r}").read_text())) for r in range(2)]
+    code, data, _ = hang("--pid", ranks[0], "--pid", ranks[1], "--interval", "0.5")  # the ranks' own PIDs
     assert code == 1
     (finding,) = data["findings"]
     assert finding["id"] == "HANG904"

@@ -533,7 +533,7 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
     if not streams and not flight_dumps:
         raise DsdoctorError(f"{', '.join(empty[:5])}: every log given is empty: nothing to explain")
     merged = merge(streams) if streams else []
-    findings, result = explain_text(merged, first_skipped if not several else None) if merged else ([], {})
+    findings, result = explain_text(merged, first_skipped if not several else None) if streams else ([], {})
     hung = _hang_findings(merged, flight_dumps, result)
     if hung:  # py-spy dumps or Flight Recorder records: which rank waits where; first unless a failure is named
         named = findings and findings[0].id not in (LOG800.id, "LOG810", "LOG811")
