@@ -78,7 +78,7 @@ def _refuse_unknown(arch: Arch, targets: tuple[str, ...], names: list[str]) -> N
 
 
 def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: tuple[str, ...] | None = None,
-                     freeze_last: int = 2, prefix_tokens: int = 16) -> int:
+                     freeze_last: int = 2, prefix_tokens: int = 16, lora_dropout: float = 0.05) -> int:
     """Trainable parameters of ``method`` on ``arch``, as peft and the reference trainer build them.
 
     - ``full``: every parameter.
@@ -91,9 +91,12 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
       ``num_key_value_heads``, as llama, mistral and qwen2 configs always do once transformers has filled its
       default (``peft/utils/other.py`` ``_prepare_prompt_learning_config``).
 
+    ``lora_dropout`` matters only where peft itself is asked (targets the shipped structure cannot decide): peft 0.21
+    refuses dropout on fused MoE experts ("lora.ParamWrapper does not work with lora_dropout != 0").
+
     Raises:
-        DsdoctorError: an unknown method, a LoRA target that is not a linear of this architecture, a
-            non-positive rank, or ``freeze_last`` above the number of layers.
+        DsdoctorError: an unknown method, a LoRA target that is not a linear of this architecture (or that peft
+            refuses with this dropout), a non-positive rank, or ``freeze_last`` above the number of layers.
     """
     if method == "full":
         return arch.total_params
@@ -124,10 +127,11 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
                 from dsdoctor.models.structure import peft_lora_params
 
                 try:
-                    return peft_lora_params(arch.config, targets, lora_r)
+                    return peft_lora_params(arch.config, targets, lora_r, lora_dropout)
                 except DsdoctorError as exc:
-                    raise DsdoctorError(f"{refused if not fused else exc}"
-                                        + (f" ({str(exc).split(': ', 2)[-1]})" if not fused else "")) from None
+                    if fused or "not found in the base model" not in str(exc):
+                        raise  # peft knows the names and refuses them for its own reason: its words
+                    raise DsdoctorError(f"{refused} ({str(exc).split(': ', 2)[-1]})") from None
             return sum(count * lora_r * sum(n for m, n in modules.items() if _matches(m, targets))
                        for count, modules in peft_counts) + head
         linears = _all_linears(arch)

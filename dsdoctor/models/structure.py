@@ -456,10 +456,11 @@ def _lora_per_rank(model, layers, index: list[int]) -> list[dict[str, int]] | No
     return kinds
 
 
-def peft_lora_params(config: dict, targets: tuple[str, ...], r: int) -> int:
+def peft_lora_params(config: dict, targets: tuple[str, ...], r: int, dropout: float = 0.0) -> int:
     """The LoRA parameters peft itself adds for ``target_modules=targets`` at rank ``r`` to the model of ``config``
     built on the meta device (every layer): for target names the model has no module of, which peft may still map
-    (peft 0.21 maps ``gate_proj,up_proj,down_proj`` onto transformers 5's fused MoE experts).
+    (peft 0.21 maps ``gate_proj,up_proj,down_proj`` onto transformers 5's fused MoE experts, and refuses a
+    ``dropout`` other than 0 there).
 
     Raises:
         DsdoctorError: transformers cannot build the model, or peft refuses the targets (its own message, one line).
@@ -473,11 +474,13 @@ def peft_lora_params(config: dict, targets: tuple[str, ...], r: int) -> int:
 
         try:
             with torch.device("meta"):
-                peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=r,
+                peft_model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=r, lora_dropout=dropout,
                                                               target_modules=list(targets)))
         except Exception as exc:  # noqa: BLE001 - peft raises many kinds on targets it cannot wrap
-            raise DsdoctorError(f"--lora-targets {','.join(targets)}: peft refuses them on {config.get('model_type')}: "
-                                f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+            hint = " (fused MoE experts take no dropout: --lora-dropout 0)" if "lora_dropout" in str(exc) else ""
+            raise DsdoctorError(f"--lora-targets {','.join(targets)}: peft refuses them on {config.get('model_type')} "
+                                f"with lora_dropout {dropout:g}: {type(exc).__name__}: "
+                                f"{' '.join(str(exc).split())[:300]}{hint}") from None
     return sum(int(p.numel()) for name, p in peft_model.named_parameters() if p.requires_grad and ".lora_" in name)
 
 

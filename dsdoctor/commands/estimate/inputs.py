@@ -267,7 +267,7 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets else \
         default_lora_targets(arch) if method == "lora" else ()  # another method has no targets to miss
     trainable = trainable_params(arch, method, lora_r=lora_r, lora_targets=targets, freeze_last=freeze_last,
-                                 prefix_tokens=prefix_tokens)
+                                 prefix_tokens=prefix_tokens, lora_dropout=lora_dropout)
     total = arch.total_params
     counting = "analytic, from the registry's config.json values (checked against transformers on the meta device " \
                "in tests/test_models.py)"
