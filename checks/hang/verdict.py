@@ -141,16 +141,16 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
 def flight(ranks: list[dict]) -> tuple[list[dict], bool, str] | None:
     """What the ranks' Flight Recorder dumps say (``record["flight_recorder"]["groups"]``, ``checks/hang/flight.py``),
     per process group: the ranks whose last enqueued collective is behind the others' (``behind``), whether ranks at
-    the same sequence number enqueued different ops (``mismatched``), and a line of evidence. None with fewer than two
-    ranks' dumps."""
+    the same sequence number enqueued different ops (``mismatched``), and a line of evidence (with one rank's dump, what
+    it enqueued last). None without a dump."""
     dumps = [(r, (r.get("flight_recorder") or {}).get("groups")) for r in ranks]
     dumps = [(r, g) for r, g in dumps if isinstance(g, dict) and g]
-    if len(dumps) < 2:
+    if not dumps:
         return None
     behind, mismatched, parts = [], False, []
     for group in sorted({name for _, g in dumps for name in g}):
         last = [(r, g[group]["last_enqueued"]) for r, g in dumps if g.get(group) and g[group]["last_enqueued"]]
-        if len(last) < 2:
+        if not last:
             continue
         top = max(op["seq"] for _, op in last)
         late = [r for r, op in last if op["seq"] < top]
