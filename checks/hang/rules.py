@@ -81,8 +81,9 @@ HANG907 = rule(
         "the GPU (`loss.item()`, `torch.cuda.synchronize()`, a copy to the CPU); otherwise the ranks wait on a lock, "
         "a file, a subprocess or a network call of their own.",
     fix="If every rank sits at a GPU-synchronising line, an NCCL collective is stuck: rerun with the Flight Recorder "
-        "(`TORCH_NCCL_TRACE_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1`) and `NCCL_DEBUG=INFO`, and run "
-        "`dsdoctor hang --native` to see the NCCL frames; otherwise fix what the frames wait on.",
+        "(`TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_DEBUG_INFO_PIPE_FILE=/tmp/fr_pipe_`) and "
+        "`NCCL_DEBUG=INFO`, and run `dsdoctor hang --native` to see the NCCL frames; otherwise fix what the frames "
+        "wait on.",
     source=_SOURCE)
 HANG908 = rule(
     "HANG908", "info", "the Flight Recorder is off for the next run",
