@@ -399,6 +399,109 @@ def test_kill_stops_the_ranks_only_after_the_snapshot_and_says_what_it_stopped(j
     assert code == 1, result.output
     assert data["findings"][0]["id"] == "HANG901"  # the snapshot first
     killed = data["result"]["killed"]
-    assert sorted(killed) == sorted(f"rank {r} (pid {p}): SIGTERM" for r, p in enumerate(pids))
+    assert killed[0].startswith(f"the launcher (") and killed[0].endswith(f"(pid {j.proc.pid}): SIGTERM")
+    assert sorted(killed[1:]) == sorted(f"rank {r} (pid {p}): SIGTERM" for r, p in enumerate(pids))
     j.proc.wait(30)
     assert not any(_alive(p) for p in pids)
+
+
+# what a new user's try found (helper, 2026-12-04), each now checked
+
+@pytest.mark.slow
+def test_a_rank_pid_alone_finds_its_job_and_a_stopped_rank_is_named(job):
+    """--pid of one rank used to take the job's other local ranks for gone (false HANG903s); and a rank stopped with
+    SIGSTOP was reported as on another node and as a ptrace problem."""
+    j = job("sleep")
+    pids = [int((j.workdir / f"ready-{r}").read_text()) for r in range(2)]
+    code, data, _ = hang("--pid", str(pids[0]), "--interval", "0.5")
+    assert [f["id"] for f in data["findings"]] == ["HANG901"]
+    assert data["findings"][0]["title"].startswith("rank 1 has not reached all_reduce")
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        code, data, _ = hang("--pid", str(j.proc.pid), "--interval", "0.5")
+        assert code == 1
+        first = data["findings"][0]
+        assert first["id"] == "HANG909" and f"kill -CONT {pids[1]}" in first["fix"]
+        assert "HANG906" not in [f["id"] for f in data["findings"]]
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    assert j.release() == 0
+
+
+def test_a_rank_started_as_python_script_is_found(tmp_path):
+    """`RANK=0 ... python train.py` (no -u: mpirun, srun, a launcher of one's own) was not taken for a rank."""
+    script = tmp_path / "plain.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, RANK="0", LOCAL_RANK="0",
+                                                                        WORLD_SIZE="1"))
+    try:
+        time.sleep(1.0)
+        code, data, result = hang("--pid", str(proc.pid), "--interval", "0")
+        assert code in (0, 1), result.output
+        assert data["result"]["ranks"][0]["rank"] == 0
+        assert data["findings"][0]["id"] == "HANG907"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_every_rank_here_in_one_collective_is_not_called_a_missing_rank():
+    """Both ranks of a world of 2 in the same all_reduce: no rank is missing, so the collective is slow or stuck in
+    its transport (a 3.7 s all_reduce was called 'the late rank is not here'); with their CPU time rising, a slow
+    collective still working."""
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    records = [_record(0, "collective", world=2), _record(1, "collective", world=2)]
+    (finding,) = diagnose(records, [{"host": "a", "gone": []}], 1.0)
+    assert finding.id == "HANG905" and "every rank of the job is here" in finding.evidence
+    assert finding.title.endswith("it is slow or stuck in its transport")
+    for r in records:
+        r["busy"] = True
+    (finding,) = diagnose(records, [{"host": "a", "gone": []}], 1.0)
+    assert finding.title.endswith("a slow collective, still working")
+
+
+def test_ranks_blocked_outside_any_collective_are_an_error_and_busy_ones_a_warning():
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    records = [_record(0, "elsewhere", world=2), _record(1, "elsewhere", world=2)]
+    (finding,) = diagnose(records, [{"host": "a", "gone": []}], 1.0)
+    assert (finding.id, finding.severity) == ("HANG907", "error")
+    for r in records:
+        r["busy"] = True
+    (finding,) = diagnose(records, [{"host": "a", "gone": []}], 1.0)
+    assert (finding.id, finding.severity) == ("HANG907", "warning") and "busy at one line" in finding.title
+
+
+def test_native_frames_do_not_hide_the_python_line():
+    from dsdoctor.checks.hang.stacks import position
+
+    frames = [{"name": "clock_nanosleep", "file": "libc.so.6", "short": "libc.so.6", "line": 0},
+              {"name": "wait_for_file", "file": "/w/four.py", "short": "four.py", "line": 5},
+              {"name": "main", "file": "/w/four.py", "short": "four.py", "line": 20}]
+    assert position(frames)["at"]["name"] == "wait_for_file"
+
+
+def test_merge_refuses_two_jobs_and_edited_records(tmp_path):
+    a = _record(0, "collective")
+    a["job"] = ["10.0.0.1", "29500", "", "2", "", ""]
+    b = _record(1, "collective")
+    b["job"] = ["10.0.0.1", "29501", "", "2", "", ""]
+    pa = _snapshot_file(tmp_path / "a.json", [a], [{"host": "a", "gone": []}])
+    pb = _snapshot_file(tmp_path / "b.json", [b], [{"host": "b", "gone": []}])
+    code, data, result = hang("--merge", pa, pb)
+    assert code == 2 and "the snapshots are of 2 different jobs" in result.output
+    for field, value, message in (("op", None, "a collective without its op"),
+                                  ("rank", True, "is not a rank number"),
+                                  ("gpu", {"util": "x"}, "gpu is not NVML's record")):
+        bad = _record(0, "collective")
+        if field == "op":
+            bad["position"]["op"] = value
+        else:
+            bad[field] = value
+        path = _snapshot_file(tmp_path / f"bad-{field}.json", [bad], [{"host": "a", "gone": []}])
+        code, _, result = hang("--merge", path)
+        assert code == 2 and message in result.output and "Traceback" not in result.output
+    path = _snapshot_file(tmp_path / "gone.json", [_record(0, "collective")], [{"host": "a", "gone": "x"}])
+    code, _, result = hang("--merge", path)
+    assert code == 2 and "a node record of an unexpected shape" in result.output

@@ -164,7 +164,7 @@ def test_hang_snapshots_of_two_hosts_merge_into_one_verdict(hosts, tmp_path):
         assert "rank 1 of world size 2 is in no snapshot" in snapshots[0]["findings"][0]["evidence"]
         assert snapshots[1]["findings"][0]["id"] == "HANG907"
         merged = subprocess.run([sys.executable, "-m", "dsdoctor", "hang", "--merge", str(tmp_path / f"{A}.json"),
-                                 "--merge", str(tmp_path / f"{B}.json"), "--json", "-"], capture_output=True,
+                                 str(tmp_path / f"{B}.json"), "--json", "-"], capture_output=True,
                                 text=True, timeout=60)
         data = json.loads(merged.stdout)
         assert merged.returncode == 1

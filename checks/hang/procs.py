@@ -80,9 +80,17 @@ def _cmdline(proc) -> str:
     return " ".join(args)[:500]
 
 
-def _python(cmdline: str) -> bool:
-    first = cmdline.split(" ", 1)[0]
-    return "python" in os.path.basename(first) or first.endswith(("torchrun", "deepspeed", "accelerate"))
+def _python(proc) -> bool:
+    """Whether the process runs a Python interpreter (its executable's or its first argument's name), whatever
+    script it runs (``python train.py``, ``python -u train.py``, ``torchrun``'s ``python3.11 .../torchrun``)."""
+    try:
+        names = [os.path.basename(proc.exe() or ""), proc.name(), os.path.basename((proc.cmdline() or [""])[0])]
+    except Exception:  # psutil.Error: gone, or another user's (its exe unreadable): the name is enough
+        try:
+            names = [proc.name()]
+        except Exception:
+            return False
+    return any(n.startswith("python") or n in ("torchrun", "deepspeed", "accelerate") for n in names)
 
 
 def describe(proc) -> RankProcess | None:
@@ -94,9 +102,9 @@ def describe(proc) -> RankProcess | None:
     except (psutil.Error, OSError):
         return None
     found = identity(env)
-    cmdline = _cmdline(proc)
-    if found is None or not _python(cmdline):
+    if found is None or not _python(proc):
         return None
+    cmdline = _cmdline(proc)
     from .flight import BUFFER_KEYS, DUMP_KEYS, PIPE_KEY
 
     rank, local_rank, world, local_world = found
@@ -123,13 +131,33 @@ def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
     candidates: dict[int, RankProcess] = {}
     if pids:
         for pid in pids:
+            if pid == 1:
+                raise LookupError("--pid 1 is init, not a job's launcher: give the launcher's PID (torchrun, deepspeed, "
+                                  "accelerate launch, srun, mpirun) or a rank's")
             try:
                 proc = psutil.Process(pid)
             except (psutil.Error, ValueError, OverflowError):
                 raise LookupError(f"--pid {pid}: no such process") from None
+            try:
+                proc.environ()
+            except psutil.AccessDenied:
+                raise LookupError(f"--pid {pid}: its environment cannot be read (another user's process): run dsdoctor "
+                                  "hang as that user or as root") from None
+            except psutil.Error:
+                pass
             found = describe(proc)
             if found is not None:
                 candidates[pid] = found
+                # a rank given alone: its job's other ranks are its launcher's too (never taken for gone ones)
+                launcher = launcher_of([found])
+                if launcher is not None:
+                    try:
+                        below = psutil.Process(launcher["pid"]).children(recursive=True)
+                    except psutil.Error:
+                        below = []
+                    for other in (describe(p) for p in below):
+                        if other is not None and other.job == found.job:
+                            candidates.setdefault(other.pid, other)
                 continue
             try:
                 below = proc.children(recursive=True)

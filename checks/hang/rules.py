@@ -57,13 +57,15 @@ HANG904 = rule(
         "the DataLoader a `timeout` so that a stall raises.",
     source=_SOURCE + "; torch/utils/data/dataloader.py (_try_get_data)")
 HANG905 = rule(
-    "HANG905", "warning", "every rank seen waits in the same collective (the late rank is not here)",
+    "HANG905", "warning", "every rank seen waits in the same collective",
     what="Every rank snapshotted waits in the same collective, called from the same line, and none of them is odd.",
-    why="The rank they wait for is not among them: on another node (snapshot it and merge), or its traffic is stuck "
-        "in the network (a firewall, a wrong interface, InfiniBand or P2P trouble), or it is not a rank this node "
-        "launched.",
-    fix="Run `dsdoctor hang --json NODE.json` on every node (pdsh or srun) and `dsdoctor hang --merge *.json`; run "
-        "`dsdoctor nccl` across the nodes; rerun with `NCCL_DEBUG=INFO` to see the transport NCCL chose.",
+    why="Either the rank they wait for is not among them (on another node: snapshot it and merge; or not a rank this "
+        "node launched), or every rank of the job has arrived and the collective itself is slow (a large tensor; the "
+        "evidence says whether the ranks burn CPU) or stuck in its transport (a firewall, a wrong interface, "
+        "InfiniBand or P2P trouble).",
+    fix="Ranks missing from the snapshot: run `dsdoctor hang --json NODE.json` on every node (pdsh or srun) and "
+        "`dsdoctor hang --merge *.json`. All ranks here: run `dsdoctor hang` again with a longer --interval (a slow "
+        "collective advances), `dsdoctor nccl` for the transport, and rerun with `NCCL_DEBUG=INFO`.",
     source=_SOURCE)
 HANG906 = rule(
     "HANG906", "warning", "a rank's Python stack could not be read",
@@ -98,3 +100,11 @@ HANG908 = rule(
         "rank's dump.",
     source="torch/distributed/distributed_c10d.py (TORCH_FR_BUFFER_SIZE, TORCH_NCCL_TRACE_BUFFER_SIZE); PyTorch's "
            "Flight Recorder documentation (dump on timeout, the debug-info pipe)")
+HANG909 = rule(
+    "HANG909", "error", "a rank is stopped (SIGSTOP, Ctrl-Z, a debugger)",
+    what="A rank's process is in the stopped state: a SIGSTOP or SIGTSTP (Ctrl-Z in the terminal that started it), or "
+         "a debugger that holds it.",
+    why="A stopped rank runs nothing until it is continued: the others wait for it in their next collective. py-spy "
+        "cannot read a stopped process either.",
+    fix="kill -CONT PID (or `fg` in the shell that started the job); detach the debugger.",
+    source="/proc/PID/stat (state T, t); the kernel's job control")

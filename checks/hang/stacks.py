@@ -37,8 +37,13 @@ def py_spy() -> str | None:
     found = shutil.which("py-spy")
     if found:
         return found
-    beside = os.path.join(sysconfig.get_path("scripts") or os.path.dirname(sys.executable), "py-spy")
-    return beside if os.path.isfile(beside) and os.access(beside, os.X_OK) else None
+    # a venv not activated, or one made with --system-site-packages over a base that has py-spy (pdsh, cron)
+    for folder in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable),
+                   os.path.dirname(os.path.realpath(sys.executable)), os.path.join(sys.base_prefix, "bin")):
+        beside = os.path.join(folder or "", "py-spy")
+        if folder and os.path.isfile(beside) and os.access(beside, os.X_OK):
+            return beside
+    return None
 
 
 def dump(pid: int, *, native: bool = False, timeout: float = 10.0) -> tuple[list[dict] | None, str | None]:
@@ -55,7 +60,8 @@ def dump(pid: int, *, native: bool = False, timeout: float = 10.0) -> tuple[list
     except OSError as exc:
         return None, f"py-spy could not run: {exc.strerror or exc}"
     if out.returncode != 0:
-        message = " ".join((out.stderr or out.stdout or "").split())[:300] or f"exit {out.returncode}"
+        text = (out.stderr or out.stdout or "").split("Stack backtrace:")[0]  # not py-spy's own Rust backtrace
+        message = " ".join(text.split())[:300] or f"exit {out.returncode}"
         if any(hint in message.lower() for hint in PTRACE_HINTS):
             return None, f"ptrace refused: {message}"
         return None, message
@@ -106,6 +112,8 @@ def position(frames: list[dict]) -> dict:
     """
     if not frames:
         return {"state": "unknown"}
+    python = [f for f in frames if f["file"].endswith(".py")]
+    frames = python or frames  # --native's C frames (libc.so.6:0) say less than the Python line that called them
     c10d = [i for i, f in enumerate(frames) if C10D.search(f["file"])]
     if c10d:
         outer = c10d[-1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dsdoctor.report import Finding
 
-from .rules import HANG900, HANG901, HANG902, HANG903, HANG904, HANG905, HANG906, HANG907
+from .rules import HANG900, HANG901, HANG902, HANG903, HANG904, HANG905, HANG906, HANG907, HANG909
 from .stacks import where
 
 
@@ -49,8 +49,21 @@ def site(position: dict) -> str:
 
 
 def _motion(record: dict) -> str:
-    advancing = record.get("advancing")
-    return "" if advancing is None else " (advancing: busy, not blocked)" if advancing else " (standing still)"
+    advancing, busy = record.get("advancing"), record.get("busy")
+    if advancing:
+        return " (advancing: its stack changes)"
+    if busy:
+        return " (busy at one line: it burns CPU there)"
+    return "" if advancing is None else " (standing still)"
+
+
+def _status(record: dict) -> str | None:
+    proc = record.get("proc")
+    return proc.get("status") if isinstance(proc, dict) else None
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> list[Finding]:
@@ -58,9 +71,21 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
     (the cause the others wait for), then the ranks that have not reached the collective, mismatched collectives,
     the DataLoader, the ranks outside any collective, unreadable stacks; HANG900 alone when every rank advances."""
     findings: list[Finding] = []
-    readable = [r for r in ranks if r.get("position", {}).get("state") not in (None, "unknown")]
-    gone = [g for node in nodes for g in node.get("gone") or []]
-    if readable and not gone and len(readable) == len(ranks) and interval \
+    stopped = [r for r in ranks if _status(r) in ("stopped", "tracing-stop")]
+    exited = [r for r in ranks if _status(r) in ("gone", "zombie") and r not in stopped]
+    readable = [r for r in ranks if r.get("position", {}).get("state") not in (None, "unknown")
+                and r not in stopped and r not in exited]
+    gone = [g for node in nodes for g in _list(node.get("gone")) if isinstance(g, dict)]
+    for r in stopped:
+        findings.append(HANG909.finding(f"{_who([r])} (pid {r['pid']}): {_status(r)}"
+                                        + (f", in the kernel's {r['proc']['wchan']}" if (r.get("proc") or {}).get(
+                                            "wchan") not in (None, "0") else ""),
+                                        fix=f"kill -CONT {r['pid']} (or `fg` in the shell that started the job); "
+                                            "detach the debugger"))
+    for r in exited:
+        findings.append(HANG903.finding(f"{_who([r])} (pid {r['pid']}) exited while dsdoctor looked",
+                                        title=f"{_who([r])} exited during the snapshot"))
+    if readable and not gone and not stopped and not exited and len(readable) == len(ranks) and interval \
             and all(r.get("advancing") for r in readable):
         return [HANG900.finding(f"{_who(readable)}: every main thread's stack changed within {interval:g} s; now "
                                 + "; ".join(f"rank {r.get('rank')} at {site(r['position'])}" for r in readable[:8]))]
@@ -68,7 +93,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
     waiting = "; ".join(f"{_who(group)} {_verb(group, 'waits', 'wait')} in {place}"
                         for place, group in _groups(collective).items())
     for node in nodes:
-        for g in node.get("gone") or []:
+        for g in [g for g in _list(node.get("gone")) if isinstance(g, dict)]:
             kills = node.get("oom_kills") or []
             evidence = [g.get("evidence") or "no process"]
             if kills:
@@ -83,7 +108,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                                                   "others wait for it"))
     others = [r for r in readable if r["position"]["state"] != "collective"]
     if collective and others:
-        ops = sorted({r["position"]["op"] for r in collective})
+        ops = sorted({str(r["position"].get("op")) for r in collective})
         for place, group in _groups(others).items():
             motion = _motion(group[0]) if len(group) == 1 else ""
             findings.append(HANG901.finding(
@@ -92,7 +117,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                 title=f"{_who(group)} has not reached {' / '.join(ops)}: {'it is' if len(group) == 1 else 'they are'}"
                       f" at {place}"))
     if collective and len(_groups(collective)) > 1:
-        findings.append(HANG902.finding(waiting, title=f"mismatched collectives: {waiting}"))
+        findings.append(HANG902.finding(waiting))
     if readable and not collective:
         loader = [r for r in readable if r["position"]["state"] == "dataloader"]
         if len(loader) == len(readable):
@@ -100,15 +125,31 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                 f"{_who(loader)} {_verb(loader, 'waits', 'wait')} for {'; '.join(_groups(loader))}"
                 + _workers(loader)))
         else:
-            sites = "; ".join(f"{_who(group)} at {place}" for place, group in _groups(readable).items())
-            findings.append(HANG907.finding(sites + "".join(_motion(r) for r in readable[:1] if len(readable) == 1)))
+            sites = "; ".join(f"{_who(group)} at {place}" + (_motion(group[0]) if len(group) == 1 else "")
+                              for place, group in _groups(readable).items())
+            blocked = interval and all(r.get("advancing") is False and not r.get("busy") for r in readable)
+            busy = all(r.get("busy") for r in readable)
+            findings.append(HANG907.finding(
+                sites, severity="error" if blocked else None,
+                title="no rank is in a collective, and no rank moves: each is blocked where the evidence says"
+                if blocked else "no rank is in a collective; every rank is busy at one line (a long step, or a wait "
+                "that spins)" if busy else None))
     if collective and not others and len(_groups(collective)) == 1 and not gone:
-        world = max((r.get("world_size") or 0 for r in ranks), default=0)
+        world = max((r.get("world_size") for r in ranks if isinstance(r.get("world_size"), int)), default=0)
         present = {r.get("rank") for r in ranks}
         absent = [k for k in range(world) if k not in present] if world <= 100_000 else []
-        extra = f"; {spans(absent)} of world size {world} {'is' if len(absent) == 1 else 'are'} in no snapshot " \
-                f"(another node: snapshot it and --merge)" if absent else ""
-        findings.append(HANG905.finding(waiting + extra))
+        if absent:
+            findings.append(HANG905.finding(
+                f"{waiting}; {spans(absent)} of world size {world} {'is' if len(absent) == 1 else 'are'} in no "
+                f"snapshot (another node: snapshot it and --merge)",
+                title="every rank seen waits in the same collective; the late rank is not here"))
+        else:
+            moving = all(r.get("busy") or r.get("advancing") for r in collective)
+            findings.append(HANG905.finding(
+                f"{waiting}; every rank of the job is here" + ("; they burn CPU in it: the collective is working, "
+                                                               "slowly" if moving else ""),
+                title="every rank waits in the same collective, all arrived: " + (
+                    "a slow collective, still working" if moving else "it is slow or stuck in its transport")))
     recorded = flight(ranks)
     if recorded is not None:
         behind, mismatched, text = recorded
@@ -128,7 +169,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
             first = findings[0]
             findings[0] = type(first)(**{**first.to_dict(), "evidence": f"{first.evidence}; Flight Recorder: {text}"})
     # a rank py-spy read without error but with no thread is exiting: nothing to say of its stack
-    unreadable = [r for r in ranks if r not in readable and r.get("error")]
+    unreadable = [r for r in ranks if r not in readable and r not in stopped and r not in exited and r.get("error")]
     for error, group in _by_error(unreadable).items():
         states = "; ".join(f"pid {r['pid']}: {r.get('proc', {}).get('status', '?')}"
                            + (f", in the kernel's {r['proc']['wchan']}" if r.get("proc", {}).get("wchan") not in (None, "0")

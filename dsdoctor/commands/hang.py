@@ -126,9 +126,14 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
                             "its launcher")
     grouped = jobs(ranks)
     if len(grouped) > 1:
-        described = "; ".join(f"ranks {', '.join(str(r.rank) for r in group[:8])} (pids "
-                              f"{', '.join(str(r.pid) for r in group[:8])}, MASTER_PORT {group[0].job[1] or '?'})"
-                              for group in grouped.values())
+        def job_of(group) -> str:
+            launcher = launcher_of(group)
+            head = f"launcher pid {launcher['pid']} ({launcher['cmdline'][:60]})" if launcher else \
+                f"{group[0].cmdline[:60]}"
+            return (f"{head}: ranks {', '.join(str(r.rank) for r in group[:8])}, pids "
+                    f"{', '.join(str(r.pid) for r in group[:8])}, MASTER_PORT {group[0].job[1] or '?'}")
+
+        described = "; ".join(job_of(group) for group in grouped.values())
         raise DsdoctorError(f"{len(grouped)} distributed jobs run on this node: {described}; give --pid of one "
                             "job's launcher or ranks")
     host = socket.gethostname()
@@ -137,6 +142,8 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     # samples every SAMPLE_EVERY seconds over the interval: a rank whose main thread is anywhere else in any of them
     # is advancing (a training step spends most of its time at a few lines; one pair of samples can land on the same)
     earlier: dict[int, list] = {pid: [] for pid in pids_now}
+    cpu_before = {pid: proc_state(pid).get("cpu_seconds") for pid in pids_now}
+    started_at = time.monotonic()
     if interval and py_spy():
         end = time.monotonic() + interval
         while True:
@@ -148,12 +155,18 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
                 break
             time.sleep(min(SAMPLE_EVERY, left))
     second = _snapshot(pids_now, native, timeout)
+    elapsed = time.monotonic() - started_at
     gpus = _gpus()
     records = []
     for rank in ranks:
         threads, error = second[rank.pid]
-        records.append(_record(rank, threads, error, earlier[rank.pid],
-                               proc_state(rank.pid), gpus.get(rank.pid), host))
+        proc = proc_state(rank.pid)
+        record = _record(rank, threads, error, earlier[rank.pid], proc, gpus.get(rank.pid), host)
+        # busy: its CPU time grew by half the time looked at or more (a long step at one line; a spinning wait)
+        before, after = cpu_before.get(rank.pid), proc.get("cpu_seconds")
+        record["busy"] = None if before is None or after is None or elapsed < 0.5 else \
+            (after - before) >= 0.5 * elapsed
+        records.append(record)
     for record, rank in zip(records, ranks):
         if record["position"]["state"] == "dataloader":  # what its workers wait on is the cause
             for child in rank.children[:MAX_WORKERS_READ]:
@@ -197,21 +210,72 @@ def _load(paths: tuple[str, ...]) -> tuple[list, list, float]:
             if not (isinstance(record, dict) and isinstance(record.get("position"), dict)
                     and isinstance(record.get("pid"), int)):
                 raise DsdoctorError(f"--merge {path}: a rank record without pid and position")
+            problem = _record_problem(record)
+            if problem:
+                raise DsdoctorError(f"--merge {path}: rank record of pid {record['pid']}: {problem} (a snapshot of "
+                                    f"`dsdoctor hang --json`, unedited, of this dsdoctor version?)")
             if any((record.get("host"), record["pid"]) == (r.get("host"), r["pid"]) for r in ranks):
                 continue  # the same node given twice
             ranks.append(record)
-        nodes.extend(n for n in result["nodes"] if isinstance(n, dict) and n not in nodes)
+        for node in result["nodes"]:
+            gone = node.get("gone") if isinstance(node, dict) else None
+            if not isinstance(node, dict) or not isinstance(gone, list) or not all(
+                    isinstance(g, dict) and _is_int(g.get("rank")) for g in gone):
+                raise DsdoctorError(f"--merge {path}: a node record of an unexpected shape")
+            if node not in nodes:
+                nodes.append(node)
         if isinstance(result.get("interval_s"), (int, float)):
             interval = max(interval, float(result["interval_s"]))
+    jobs = {tuple(r.get("job") or ()) for r in ranks} - {()}
+    if len(jobs) > 1:
+        raise DsdoctorError(f"--merge: the snapshots are of {len(jobs)} different jobs (MASTER_ADDR, MASTER_PORT, "
+                            f"run id differ): merge the snapshots of one job's nodes")
+    numbers = [r.get("rank") for r in ranks if r.get("rank") is not None]
+    twice = sorted({n for n in numbers if numbers.count(n) > 1})
+    if twice:
+        raise DsdoctorError(f"--merge: rank {', '.join(map(str, twice[:5]))} is in more than one snapshot as another "
+                            f"process: snapshots of different runs?")
     return sorted(ranks, key=lambda r: (r.get("rank") if isinstance(r.get("rank"), int) else 1 << 30, r["pid"])), \
         nodes, interval
 
 
-def _kill(records: list[dict], grace: float = 10.0) -> list[str]:
-    """SIGTERM every rank, SIGKILL those alive after ``grace`` seconds; what was stopped, one line each."""
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _record_problem(record: dict) -> str | None:
+    """What is wrong with a rank record read back from a snapshot, or None."""
+    position = record["position"]
+    if record.get("rank") is not None and not (_is_int(record["rank"]) and 0 <= record["rank"] < 1_000_000):
+        return f"rank {str(record['rank'])[:20]!r} is not a rank number"
+    if position.get("state") not in ("collective", "dataloader", "elsewhere", "unknown"):
+        return f"position state {str(position.get('state'))[:20]!r}"
+    if position["state"] == "collective" and not isinstance(position.get("op"), str):
+        return "a collective without its op"
+    for key in ("caller", "at"):
+        frame = position.get(key)
+        if frame is not None and not (isinstance(frame, dict) and isinstance(frame.get("name"), str)
+                                      and isinstance(frame.get("line"), int)):
+            return f"position {key} is not a frame"
+    gpu = record.get("gpu")
+    if gpu is not None and not (isinstance(gpu, dict) and {"utilization_percent", "used_gib"} <= set(gpu)):
+        return "gpu is not NVML's record"
+    return None
+
+
+def _kill(records: list[dict], launcher: dict | None, grace: float = 10.0) -> list[str]:
+    """Stop the job: its launcher first (SIGTERM: torchrun's and deepspeed's stop their ranks and restart none), then
+    every rank still alive (SIGTERM, SIGKILL for those alive after ``grace`` seconds); what was stopped, one line
+    each."""
     import psutil
 
     procs = []
+    if launcher is not None:
+        try:
+            procs.append(({"rank": None, "what": f"the launcher ({launcher['cmdline'][:60]})"},
+                          psutil.Process(launcher["pid"])))
+        except psutil.Error:
+            pass
     for r in records:
         try:
             procs.append((r, psutil.Process(r["pid"])))
@@ -228,8 +292,8 @@ def _kill(records: list[dict], grace: float = 10.0) -> list[str]:
             p.kill()
         except psutil.Error:
             pass
-    return [f"rank {r.get('rank')} (pid {p.pid}): {'SIGKILL after ' + format(grace, 'g') + ' s' if p in alive else 'SIGTERM'}"
-            for r, p in procs]
+    return [f"{r.get('what') or 'rank ' + str(r.get('rank'))} (pid {p.pid}): "
+            f"{'SIGKILL after ' + format(grace, 'g') + ' s' if p in alive else 'SIGTERM'}" for r, p in procs]
 
 
 def _table(records: list[dict]) -> list[list[str]]:
@@ -238,11 +302,15 @@ def _table(records: list[dict]) -> list[list[str]]:
     rows = []
     for r in records:
         gpu = r.get("gpu") or {}
-        rows.append([str(r.get("rank")), str(r.get("local_rank")), str(r.get("host") or ""), str(r["pid"]),
-                     r["position"]["state"] if not r.get("error") else "unreadable",
+        rows.append([str(r.get("rank")) if r.get("rank") is not None else "-",
+                     str(r.get("local_rank")) if r.get("local_rank") is not None else "-", str(r.get("host") or ""),
+                     str(r["pid"]),
+                     (r.get("proc") or {}).get("status") if (r.get("proc") or {}).get("status") in (
+                         "stopped", "gone", "zombie") else r["position"]["state"] if not r.get("error") else
+                     "unreadable",
                      site(r["position"]) if r["position"]["state"] != "unknown" else (r.get("error") or "")[:80],
                      {None: "-", True: "yes", False: "no"}[r.get("advancing")],
-                     f"{gpu['utilization_percent']}% / {gpu['used_gib']} GiB" if gpu else "-"])
+                     f"{gpu.get('utilization_percent')}% / {gpu.get('used_gib')} GiB" if gpu else "-"])
     return rows
 
 
@@ -266,12 +334,17 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
         records, node = snapshot_node(list(pids), interval, timeout, native)
         nodes = [node]
     findings = diagnose(records, nodes, interval)
-    killed = _kill(records) if kill else []
+    killed = []
+    if kill and any(f.id == "HANG900" for f in findings):
+        killed = ["nothing stopped: every rank is advancing (HANG900); stop the job yourself if you mean to"]
+    elif kill:
+        killed = _kill(records, nodes[0].get("launcher") if nodes else None)
     report = Report("hang", findings=findings,
                     result={"nodes": nodes, "ranks": records, "interval_s": interval,
                             "seconds": round(time.perf_counter() - start, 2), "killed": killed})
-    report.tables.append((f"{len(records)} ranks" + (f" on {len({r.get('host') for r in records})} nodes"
-                                                       if merge else ""),
+    hosts = len({r.get("host") for r in records})
+    report.tables.append((f"{len(records)} rank{'s' if len(records) != 1 else ''}"
+                          + (f" on {hosts} node{'s' if hosts != 1 else ''}" if merge else ""),
                           ["rank", "local", "host", "pid", "state", "where", "advancing", "GPU"], _table(records)))
     if killed:
         report.block_title = "stopped after the snapshot (--kill)"
@@ -289,12 +362,17 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
 @click.option("--timeout", type=FiniteFloat(min=0.1, max=600, min_open=False), default=10.0, show_default=True,
               help="Seconds py-spy may take to read one rank.")
 @click.option("--native", is_flag=True, help="Add the C/C++ frames (NCCL, CUDA) to the stacks (py-spy --native).")
-@click.option("--merge", multiple=True, metavar="SNAPSHOT.json",
-              help="Join snapshots that `dsdoctor hang --json` wrote on each node into one verdict (repeatable).")
+@click.option("--merge", is_flag=True,
+              help="Join the snapshots given as arguments (`dsdoctor hang --json` of each node) into one verdict.")
+@click.argument("snapshots", nargs=-1, metavar="[SNAPSHOT.json...]")
 @click.option("--kill", is_flag=True, help="After the snapshot, stop the ranks (SIGTERM, then SIGKILL after 10 s) "
                                            "and print what was stopped.")
-@report_command(inputs=("merge",))
-def hang(pids, interval, timeout, native, merge, kill) -> Report:
+@report_command(inputs=("snapshots",))
+def hang(pids, interval, timeout, native, merge, kill, snapshots) -> Report:
     """Which rank of a hung job is stuck, where, and why (py-spy on every rank at once; never stops the job unless
-    --kill)."""
-    return hang_report(tuple(pids), interval, timeout, native, tuple(merge), kill)
+    --kill). With --merge, the verdict of the snapshots given (`dsdoctor hang --merge a.json b.json`)."""
+    if snapshots and not merge:
+        raise DsdoctorError(f"{snapshots[0]}: snapshots are read with --merge (dsdoctor hang --merge a.json b.json)")
+    if merge and not snapshots:
+        raise DsdoctorError("--merge: give the snapshots to join (dsdoctor hang --merge a.json b.json)")
+    return hang_report(tuple(pids), interval, timeout, native, tuple(snapshots), kill)
