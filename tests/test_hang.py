@@ -293,6 +293,17 @@ def test_a_pid_that_is_no_rank_and_no_process_is_one_line(tmp_path):
     assert result.exit_code == 2 and f"--pid {gone}: no such process" in result.output
 
 
+def _py_spy_binary() -> str:
+    import importlib.metadata
+
+    try:
+        files = importlib.metadata.distribution("py-spy").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    found = [str(f.locate()) for f in files if f.name == "py-spy"]
+    return found[0] if found and os.path.isfile(found[0]) else shutil.which("py-spy")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the target and the reader as two other users")
 def test_ptrace_refused_is_reported_with_its_fix():
     """A process of another user, read by a user without CAP_SYS_PTRACE: py-spy's real refusal, HANG906 with the
@@ -304,7 +315,7 @@ def test_ptrace_refused_is_reported_with_its_fix():
     home = Path(tempfile.mkdtemp(prefix="dsdoctor-ptrace-", dir="/tmp"))  # a path the other users can reach
     exe = home / "bin" / "py-spy"
     exe.parent.mkdir()
-    shutil.copy(shutil.which("py-spy"), exe)
+    shutil.copy(_py_spy_binary(), exe)  # the binary itself: a pyenv shim on PATH is a bash script
     for p in (home, exe.parent, exe):
         p.chmod(0o755)
     target = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: os.setuid(65534))

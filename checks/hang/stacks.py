@@ -43,6 +43,14 @@ def py_spy() -> str | None:
         beside = os.path.join(folder or "", "py-spy")
         if folder and os.path.isfile(beside) and os.access(beside, os.X_OK):
             return beside
+    try:  # where pip put the installed wheel's binary, wherever that is
+        import importlib.metadata
+
+        for file in importlib.metadata.distribution("py-spy").files or []:
+            if file.name == "py-spy" and os.access(str(file.locate()), os.X_OK):
+                return str(file.locate())
+    except Exception:  # noqa: BLE001 - not installed, or metadata without a file list
+        pass
     return None
 
 
