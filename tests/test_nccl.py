@@ -4,6 +4,7 @@ joins named within the timeout, a busy MASTER_PORT found before any rank starts,
 from __future__ import annotations
 
 import json
+import re
 import os
 import socket
 import subprocess
@@ -59,8 +60,10 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     assert finding["id"] == "NET407"
     assert finding["evidence"].startswith("stage rendezvous after 5 s; did not finish it: rank 1")
     # dsdoctor hang's snapshot, taken before the ranks were stopped: where the missing rank is
-    hang = [f for f in data["findings"] if f["id"].startswith("HANG")]
-    assert hang and hang[0]["id"] == "HANG907" and "rank 1 at main at dsdoctor/nccl_worker.py:" in hang[0]["evidence"]
+    # (rank 0 gives up waiting on its own and may exit while the snapshot is taken: HANG903 says so, beside it)
+    # (rank 0 waits at the rendezvous, or has given up and exited: HANG901 or HANG907 place rank 1 either way)
+    hang = [f for f in data["findings"] if f["id"] in ("HANG901", "HANG907")]
+    assert hang and re.search(r"rank 1 (?:is )?at main at dsdoctor/nccl_worker\.py:\d+", hang[0]["evidence"])
     assert elapsed < 5 + 30 + 15  # the stage timeout (+ the start-up allowance at rendezvous)
     assert workers_left(data["result"]["records"]) == 0
 
