@@ -4,8 +4,8 @@ joins named within the timeout, a busy MASTER_PORT found before any rank starts,
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
