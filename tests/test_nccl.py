@@ -63,7 +63,6 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     # gives up on its own and torchrun then stops rank 1, so the snapshot may find both gone (HANG903) instead
     hang = [f for f in data["findings"] if f["id"] in ("HANG901", "HANG907")]
     assert all(re.search(r"rank 1 (?:is )?at main at dsdoctor/nccl_worker\.py:\d+", f["evidence"]) for f in hang)
-    assert all(f["id"].startswith(("NET", "HANG")) for f in data["findings"])
     assert elapsed < 5 + 30 + 15  # the stage timeout (+ the start-up allowance at rendezvous)
     assert workers_left(data["result"]["records"]) == 0
 
