@@ -8,4 +8,5 @@ a rank: py-spy reads a process's memory while pausing it for milliseconds.
 
 from __future__ import annotations
 
-from .rules import HANG900, HANG901, HANG902, HANG903, HANG904, HANG905, HANG906, HANG907, HANG908, HANG909  # noqa: F401
+from .rules import (HANG900, HANG901, HANG902, HANG903, HANG904, HANG905, HANG906, HANG907, HANG908,  # noqa: F401
+                    HANG909)

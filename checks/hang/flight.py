@@ -2,7 +2,8 @@
 their sequence numbers, ops, sizes and process groups.
 
 It is on when ``TORCH_FR_BUFFER_SIZE`` (torch 2.8+, any backend; gloo records too) or ``TORCH_NCCL_TRACE_BUFFER_SIZE``
-(the older name, which torch 2.11 warns is deprecated) is above 0 (``torch/distributed/distributed_c10d.py`` reads both). A rank writes its buffer to ``<prefix><rank>``
+(the older name, which torch 2.11 warns is deprecated) is above 0 (``torch/distributed/distributed_c10d.py`` reads
+both). A rank writes its buffer to ``<prefix><rank>``
 (prefix ``TORCH_FR_DUMP_TEMP_FILE`` or ``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``, by default ``/tmp/nccl_trace_rank_``):
 NCCL's watchdog does on a timeout when ``TORCH_NCCL_DUMP_ON_TIMEOUT=1``, and on demand when
 ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE`` is set and a line is written to ``<that>``+``<rank>.pipe``. The dump is a pickle of
@@ -134,23 +135,22 @@ def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float =
     than its rank's process is a previous run's and not read."""
     import time
 
-    out = []
+    out, before = [], []  # before: each dump's time before the request, to see the new one arrive
     for env, rank, _ in ranks:
         state = status(env)
         item = {"on": state["on"], "path": None, "triggered": False, "groups": None, "error": None}
         if state["on"] and rank is not None:
             item["path"] = f"{state['dump_prefix']}{rank}"
-            before = _mtime(item["path"])
-            item["triggered"] = trigger(env, rank)
-            item["_before"] = before
+        before.append(_mtime(item["path"]))
+        item["triggered"] = item["path"] is not None and trigger(env, rank)
         out.append(item)
     deadline = time.monotonic() + wait_s
-    while any(i["triggered"] and _mtime(i["path"]) == i["_before"] for i in out) and time.monotonic() < deadline:
+    while any(i["triggered"] and _mtime(i["path"]) == b for i, b in zip(out, before)) and \
+            time.monotonic() < deadline:
         time.sleep(0.2)
     if any(i["triggered"] for i in out):
         time.sleep(0.3)  # a dump being written is complete a moment after it appears
     for item, (_, _, started) in zip(out, ranks):
-        item.pop("_before", None)
         if item["path"] is None:
             continue
         try:

@@ -16,6 +16,10 @@ import subprocess
 import sys
 import sysconfig
 
+#: Python's standard library (a queue's wait, threading's Event.wait): where a wait is, not why; the frame rule
+#: explain's origins use
+from dsdoctor.checks.logs.origin import STDLIB
+
 #: a torch.distributed file whose frames are the collective itself (the API function, its logging wrapper, DeepSpeed's
 #: and accelerate's thin wrappers), not the code that called it
 COMM_FILES = re.compile(r"torch/distributed/(?:distributed_c10d|c10d_logger|rendezvous|utils)\.py$|"
@@ -23,10 +27,8 @@ COMM_FILES = re.compile(r"torch/distributed/(?:distributed_c10d|c10d_logger|rend
 #: the collective API's own file: its outermost frame there names the collective the caller asked for
 C10D = re.compile(r"torch/distributed/distributed_c10d\.py$")
 DATALOADER = re.compile(r"torch/utils/data/")
-#: Python's standard library (a queue's wait, threading's Event.wait): where a wait is, not why
-STDLIB = re.compile(r"/lib/python3\.\d{1,2}/(?!(?:site|dist)-packages/)|^<frozen ")
-#: torch's own files and Python's standard library: a DataLoader worker's loop, not what it waits on
-LIBRARY = re.compile(r"/torch/|/lib/python3\.\d{1,2}/(?!(?:site|dist)-packages/)|^<frozen ")
+#: torch's own files: a DataLoader worker's loop, not what it waits on
+TORCH = re.compile(r"/torch/")
 #: py-spy's words when the kernel refuses ptrace ("Permission Denied: Try running again with elevated permissions",
 #: "Operation not permitted (os error 1)"), compared in lower case
 PTRACE_HINTS = ("permission denied", "operation not permitted", "ptrace", "eperm")
@@ -105,6 +107,12 @@ def _caller(frames: list[dict], start: int, skip: re.Pattern) -> dict | None:
         if not skip.search(frame["file"]) and not STDLIB.search(frame["file"]):
             return frame
     return None
+
+
+def own_frame(frames: list[dict]) -> dict | None:
+    """The innermost frame of the process's own code, outside torch and Python's standard library (a DataLoader
+    worker's dataset ``__getitem__``); the innermost frame when there is none."""
+    return _caller(frames, 0, TORCH) or (frames[0] if frames else None)
 
 
 def position(frames: list[dict]) -> dict:

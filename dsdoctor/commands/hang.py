@@ -112,7 +112,7 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
         DsdoctorError: not Linux, no rank found, a PID that is no rank, or ranks of several jobs without --pid.
     """
     from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state
-    from dsdoctor.checks.hang.stacks import LIBRARY, dump, main_thread, py_spy, signature, where
+    from dsdoctor.checks.hang.stacks import dump, main_thread, own_frame, py_spy, signature, where
 
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
         raise DsdoctorError("dsdoctor hang reads the ranks' processes through /proc: it runs on Linux only")
@@ -173,8 +173,7 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
                 threads, error = dump(child, native=native, timeout=timeout)
                 main = main_thread(threads or [])
                 frames = main["frames"] if main else []
-                # the worker's own code (a dataset's __getitem__), not torch's worker loop or the standard library
-                user = next((f for f in frames if not LIBRARY.search(f["file"])), frames[0] if frames else None)
+                user = own_frame(frames)  # a dataset's __getitem__, not torch's worker loop
                 record["workers"].append({"pid": child, "at": where(user) if user else None, "error": error})
     from dsdoctor.checks.hang.flight import of_ranks
 

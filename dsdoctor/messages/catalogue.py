@@ -241,12 +241,14 @@ FUZZY_COVERAGE = 0.9
 
 
 @functools.lru_cache(maxsize=1)
-def _words() -> dict[str, list[Entry]]:
-    index: dict[str, list[Entry]] = {}
+def _words() -> dict[str, list[tuple[Entry, int]]]:
+    """{word: [(a template whose anchor has it, how many words that anchor has)]}."""
+    index: dict[str, list[tuple[Entry, int]]] = {}
     for e in entries():
         if len(e.anchor) >= MIN_FUZZY_ANCHOR and e.kind in ("raise", "assert"):
-            for word in set(WORD.findall(e.anchor.lower())):
-                index.setdefault(word, []).append(e)
+            words = set(WORD.findall(e.anchor.lower()))
+            for word in words:
+                index.setdefault(word, []).append((e, len(words)))
     return index
 
 
@@ -263,16 +265,13 @@ def approximate(text: str) -> Found | None:
     words = set(WORD.findall(lower))
     if len(words) < 4:
         return None
-    index = _words()
-    shared: dict[int, tuple[int, Entry]] = {}
+    shared: dict[int, list] = {}  # id(entry) -> [words shared, the anchor's words, entry]
     for word in words:
-        for e in index.get(word, ()):
-            count, _ = shared.get(id(e), (0, e))
-            shared[id(e)] = (count + 1, e)
-    ranked = sorted(shared.values(), key=lambda item: -item[0] / max(1, len(set(WORD.findall(item[1].anchor.lower())))))
-    for count, e in ranked[:8]:
-        need = set(WORD.findall(e.anchor.lower()))
-        if count < 0.6 * len(need):
+        for e, total in _words().get(word, ()):
+            shared.setdefault(id(e), [0, total, e])[0] += 1
+    ranked = sorted(shared.values(), key=lambda item: -item[0] / item[1])
+    for count, total, e in ranked[:8]:
+        if count < 0.6 * total:
             break
         anchor = e.anchor.lower()
         matcher = difflib.SequenceMatcher(None, lower, anchor, autojunk=False)
