@@ -30,6 +30,9 @@ sys.path.insert(0, str(ROOT))
 #: inconclusive failure
 UNNAMED = {"LOG800", "LOG805", "LOG809", "LOG810", "LOG811"}
 
+#: the splits, in the order they were collected
+SPLITS = ("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5")
+
 
 def rules_of(expected: dict) -> list[str]:
     rule = expected.get("rule")
@@ -89,7 +92,7 @@ def main() -> None:
     import argparse
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--split", choices=("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4"),
+    parser.add_argument("--split", choices=SPLITS,
                         help="score one split only (by default tuning and held-out: a later batch is scored only when "
                              "asked, once, so that nothing is tuned on it before)")
     args = parser.parse_args()
@@ -108,7 +111,7 @@ def main() -> None:
               f"{' WRONG RULE' if r['wrong_rule'] else ''} | {r['code']}{' (failure, exit 0)' if r['exit0'] else ''}"
               f" |")
     print()
-    for split in ("tuning", "held-out", "held-out-2", "held-out-3", "held-out-4"):
+    for split in SPLITS:
         part = [r for r in rows if r["split"] == split]
         if not part:
             continue

@@ -37,6 +37,10 @@ def predict(grid_path: Path) -> None:
     from dsdoctor.report import DsdoctorError
 
     for point in json.loads(grid_path.read_text()):
+        stops = errors_before_training(point)
+        if stops:  # `dsdoctor estimate` as a user runs it says the run stops before training
+            print(json.dumps({"name": point["name"], "predicted_failure": "; ".join(stops)}), flush=True)
+            continue
         try:
             setup = setup_of(point)
             est = estimate(setup)
@@ -51,6 +55,48 @@ def predict(grid_path: Path) -> None:
                           "replay_unbounded_reserved": r.unbounded_reserved,
                           "replay_unbounded_allocated": r.unbounded_allocated,
                           "replay_verdict": replay_verdict(r, context, gpu_total), "context": context}), flush=True)
+
+
+#: the GPU machine's host RAM, GiB (shared/gpu/README.md): what `estimate --host-mem` is given for the host check
+HOST_GIB = 125
+
+
+def point_flags(point: dict) -> list[str]:
+    """The `dsdoctor estimate` command line of a grid point, as a user would type it for that run on the GPU machine
+    (one H200: its memory as torch reports it, and its host RAM)."""
+    flags = ["--model", point["model"], "--method", point["method"], "--zero", str(point["zero"]),
+             "--offload-optimizer", point.get("offload_optimizer", "none"),
+             "--offload-param", point.get("offload_param", "none"), "--gpus", "1",
+             "--micro-batch", str(point["micro_batch"]), "--seq-len", str(point["seq_len"]),
+             "--precision", point.get("precision", "bf16"), "--launch", point.get("loop", "engine"),
+             "--gpu-mem", f"{150_109_880_320 / GIB:.4f}", "--host-mem", str(HOST_GIB),
+             "--lora-r", str(point.get("lora_r", 8)), "--lora-dropout", str(point.get("lora_dropout", 0.05)),
+             "--freeze-last", str(point.get("freeze_last", 2)), "--prefix-tokens", str(point.get("prefix_tokens", 16)),
+             "--grad-ckpt" if point.get("grad_ckpt", True) else "--no-grad-ckpt"]
+    if point.get("lora_targets"):
+        flags += ["--lora-targets", ",".join(point["lora_targets"])]
+    return flags
+
+
+def errors_before_training(point: dict) -> list[str]:
+    """The error findings `dsdoctor estimate` gives for a point that say the run stops before it trains (every
+    error but MEM501, the out-of-memory verdict the memory columns judge), as "RULE: title"; a refusal (exit 2) is
+    one too. The harness's own defaults (gradient checkpointing on unless the point says otherwise) are the flags."""
+    from click.testing import CliRunner
+
+    from dsdoctor.cli import cli
+
+    if point.get("config"):
+        return []  # a config given inline is estimated through setup_of's folder
+    result = CliRunner().invoke(cli, ["estimate", *point_flags(point), "--format", "json"])
+    if result.exit_code == 2:
+        return [result.output.strip().splitlines()[-1][:200]]
+    try:
+        report = json.loads(result.output)
+    except json.JSONDecodeError:
+        return []
+    return [f"{f['id']}: {f['title']}" for f in report.get("findings", [])
+            if f.get("severity") == "error" and f.get("id") != "MEM501"]
 
 
 def setup_attn(point: dict):

@@ -178,7 +178,46 @@ NVML_MIB: dict[tuple[str, int | None], tuple[int, str]] = {
     ("T4", None): (15360, "nvidia-smi totals in modal-labs/modal-client PR 2797"),
     ("V100", 16): (16160, "nvidia-smi in 4paradigm/k8s-vgpu-scheduler issue 7 (V100-SXM2-16GB)"),
     ("Tesla P100", 16): (16384, "nvidia-smi in wookayin/gpustat issue 130 (P100-PCIE-16GB)"),
+    ("H20", None): (97871, "nvidia-smi in NVIDIA/nvtrust issue 128"),
+    ("A10G", None): (23028, "nvidia-smi in NVIDIA/DCGM issue 232 (AWS, ECC on)"),
+    ("H800", None): (81559, "nvidia-smi pasted in nine public GitHub files (SXM and PCIe)"),
+    ("A800", 40): (40960, "nvidia-smi --query-gpu in a public run-environment report"),
+    ("B200", None): (183359, "nvidia-smi in NVIDIA/TensorRT-LLM issue 10278"),
+    ("H100 NVL", None): (95830, "nvidia-smi in NVIDIA/gpu-admin-tools issue 4"),
+    ("GH200", 96): (97871, "nvidia-smi (GH200 480GB) pasted in eight public GitHub files"),
+    ("GH200", 144): (146831, "nvidia-smi --query-gpu (GH200 144G HBM3e) in a public GitHub file"),
+    ("B300", None): (275040, "nvidia-smi (B300 SXM6 AC) pasted in seven public GitHub files"),
+    ("GB200", None): (189471, "nvidia-smi pasted in seven public GitHub files"),
+    ("A30", None): (24576, "nvidia-smi pasted in eight public GitHub files"),
+    # the 48 GB GDDR6 data-centre cards ship with ECC on: 46068 MiB; 49140 MiB with ECC off (public nvidia-smi pastes)
+    ("A40", None): (46068, "nvidia-smi pasted in six public GitHub files (ECC on; 49140 MiB with it off)"),
+    ("L40", None): (46068, "nvidia-smi pasted in six public GitHub files (ECC on; 49140 MiB with it off)"),
+    ("L20", None): (46068, "nvidia-smi pasted in seven public GitHub files (ECC on; 49140 MiB with it off)"),
+    ("A16", None): (15356, "nvidia-smi (per GPU of the board) in a public GitHub file (ECC on)"),
+    ("V100", 32): (32510, "nvidia-smi (V100-SXM2 and V100-PCIE 32GB) in public GitHub files"),
+    ("V100S", None): (32510, "nvidia-smi (V100S-PCIE) in a public GitHub file"),
+    ("Tesla P40", None): (23040, "nvidia-smi in two public GitHub files (ECC on; 24451 MiB with it off)"),
+    # workstation and GeForce cards ship with ECC off (an RTX A6000 with ECC on shows 46068 MiB)
+    ("RTX PRO 6000 Blackwell", None): (97887, "nvidia-smi --query-gpu in a public GitHub file"),
+    ("RTX 6000 Ada", None): (49140, "nvidia-smi pasted in ten public GitHub files (ECC off)"),
+    ("RTX A6000", None): (49140, "nvidia-smi pasted in eight public GitHub files (ECC off; 46068 MiB with it on)"),
+    ("RTX A5000", None): (24564, "nvidia-smi pasted in six public GitHub files (ECC off)"),
+    ("RTX A4000", None): (16376, "nvidia-smi pasted in ten public GitHub files (ECC off)"),
+    ("Quadro RTX 8000", None): (49152, "nvidia-smi pasted in three public GitHub files (ECC off)"),
+    ("GeForce RTX 3090 Ti", None): (24564, "nvidia-smi pasted in nine public GitHub files"),
+    ("GeForce RTX 4080", None): (16376, "nvidia-smi pasted in four public GitHub files"),
+    ("GeForce RTX 2080 Ti", None): (11264, "nvidia-smi pasted in seven public GitHub files (recent drivers)"),
+    ("GeForce GTX 1080 Ti", None): (11264, "nvidia-smi pasted in five public GitHub files (recent drivers)"),
 }
+
+
+def nominal_ratio() -> float:
+    """The least share of a card's nominal memory (GB as NVIDIA names it, taken as GiB) that NVML reports, over the
+    readings in :data:`NVML_MIB`: 0.933 today (the B300's 275040 MiB of its 288 GB; the GDDR6 cards with ECC on keep
+    1/16 for it: 0.9375 of A10, L4, T4, A40...). A card
+    with no reading on record is counted at this share of its nominal size, so that a verdict of "fits" never rests
+    on memory the card may not have."""
+    return min(mib / (((size or MEMORY_GB[name][0]) * 1024)) for (name, size), (mib, _) in NVML_MIB.items())
 
 #: Memory variants (GB, as NVIDIA names them) of the cards whose datasheets give them; the first is the one assumed
 #: only when a card comes in a single size. A card with several sizes needs the variant in its name (``A100 80GB``)
@@ -292,8 +331,10 @@ def _memory(table_name: str, variant: int | None) -> tuple[int, str, tuple[int, 
     if reading:
         mib, where = reading
         return mib * MIB, f"NVML total {mib} MiB ({where})", sizes
-    return size * GIB, (f"nominal {size} GB from NVIDIA's datasheet, counted as {size} GiB (no NVML reading on "
-                        f"record; NVML reports a little less, --gpu-mem sets it exactly)"), sizes
+    ratio = nominal_ratio()
+    return int(size * GIB * ratio), (f"nominal {size} GB from NVIDIA's datasheet, counted as {ratio:.2%} of {size} "
+                                     f"GiB, the least NVML reports of a card's nominal size among the readings on "
+                                     f"record (no reading of this card; --gpu-mem sets it exactly)"), sizes
 
 
 #: Names that stand for two cards of different capability; the user has to say which.

@@ -21,12 +21,27 @@ TRAINING_CHANGES = {
 #: caching allocator's fragmentation decides: two held-out runs at 94% and 98% of the card's estimate ran out of memory.
 TIGHT = 0.08
 
+#: The band below the card for ZeRO-3 with parameter offload, whose caching-allocator slack the formulas
+#: under-estimate: of the ten parameter-offload runs on record (rounds 3-14, ``benchmarks/results/memory-loops/``),
+#: every one was under, by 1.3-14.1% (Llama-3.2-3B full, both offloads, under the Trainer: -14.1%). The slack
+#: there comes from the 16-bit partitions copied from the host module by module between the activations' blocks,
+#: whose order a sum of sizes does not capture; ``--replay`` replays that order (0.0-0.3% on the same runs).
+TIGHT_PARAM_OFFLOAD = 0.15
 
-def verdict(total: int, gpu_bytes: int) -> str:
+
+def band_below(setup=None) -> float:
+    """How far below the card an estimate of ``setup`` (a :class:`Setup`, or None) is still "tight": :data:`TIGHT`,
+    or :data:`TIGHT_PARAM_OFFLOAD` for ZeRO-3 with parameter offload."""
+    if setup is not None and setup.zero_stage == 3 and setup.offload_param != "none":
+        return TIGHT_PARAM_OFFLOAD
+    return TIGHT
+
+
+def verdict(total: int, gpu_bytes: int, setup=None) -> str:
     """The estimate's verdict for ``total`` bytes on a GPU of ``gpu_bytes``: "tight" within :data:`TIGHT` of the
-    card on either side (MEM502: within the estimate's own error, it may or may not fit), else "fits" or "no"
-    (MEM501)."""
-    if abs(gpu_bytes - total) < TIGHT * gpu_bytes:
+    card on either side, or within :func:`band_below` below it for ``setup`` (MEM502: within the estimate's own
+    error, it may or may not fit), else "fits" or "no" (MEM501)."""
+    if 0 < total - gpu_bytes < TIGHT * gpu_bytes or 0 <= gpu_bytes - total < band_below(setup) * gpu_bytes:
         return "tight"
     return "fits" if total < gpu_bytes else "no"
 
@@ -150,7 +165,7 @@ def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = No
         text, config = _describe(setup, s)
         used = total(s)
         return {"change": text, "deepspeed": config, "total_bytes": used, "fits": used <= gpu_bytes,
-                "_parts": (text.count(",") + 1, -s.zero_stage), "tight": verdict(used, gpu_bytes) == "tight",
+                "_parts": (text.count(",") + 1, -s.zero_stage), "tight": verdict(used, gpu_bytes, s) == "tight",
                 "step_time_s": {k: round(v, 4) for k, v in times.items()},
                 "vs_current": round(times["total"] / current_time, 3) if current_time else None}
 

@@ -344,7 +344,7 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
     result["max_micro_batch"] = mem.max_micro_batch(setup, gpu_bytes)
     result["headroom_bytes"] = headroom
     replayed = result.get("replay") or {}
-    kind = replayed.get("verdict") or mem.verdict(est.total, gpu_bytes)
+    kind = replayed.get("verdict") or mem.verdict(est.total, gpu_bytes, setup)
     result["tight"] = kind == "tight"
     changes = mem.search(setup, gpu_bytes, rates, host_bytes=host_bytes) if kind != "fits" else []
     if changes and not any(c["fits"] for c in changes):
@@ -391,7 +391,10 @@ def _one_gpu(report: Report, setup, est, result: dict, gpu_bytes: int, hw: Hardw
         first = next((c for c in changes if c["fits"] and not c.get("tight")), None)
         report.add(mem.MEM502.finding(
             f"{gib(est.total)} of {gib(gpu_bytes)} GiB: {gib(abs(headroom))} GiB "
-            f"{'spare' if headroom >= 0 else 'over'}, within the estimate's error ({mem.TIGHT:.0%})",
+            f"{'spare' if headroom >= 0 else 'over'}, within the estimate's error ("
+            + (f"up to {mem.TIGHT_PARAM_OFFLOAD:.0%} under with ZeRO-3 parameter offload, whose allocator slack the "
+               f"formulas under-count; --replay models it" if mem.band_below(setup) > mem.TIGHT and headroom >= 0
+               else f"{mem.TIGHT:.0%}") + ")",
             fix=f"{first['change']} ({gib(first['total_bytes'])} GiB) keeps a margin" if first else None))
     else:
         report.add(mem.MEM500.finding(f"{gib(est.total)} of {gib(gpu_bytes)} GiB ({hw.memory_source}); largest "
@@ -418,7 +421,7 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
         max_micro[card.name] = mem.max_micro_batch(setup, size)
         rates, _ = rates_for(card)
         # a card the estimate exceeds is NO here, even within TIGHT above it (one named GPU then gets MEM502)
-        kind = "no" if not fits_by_card[card.name] else mem.verdict(est.total, size)
+        kind = "no" if not fits_by_card[card.name] else mem.verdict(est.total, size, setup)
         found = mem.search(setup, size, rates, limit=1, cache=cache, host_bytes=host_bytes) \
             if kind != "fits" else []
         best[card.name] = found[0] if found and found[0]["fits"] else None
