@@ -43,7 +43,9 @@ def origin_right(expected: dict, origin: dict | None) -> bool:
     want = expected.get("origin") or {}
     if not want or not origin or not want.get("package"):
         return False
+    # a package under its other names: ms-swift's, and LLaMA-Factory's before 0.8 (llmtuner)
     package = str(want["package"]).lower().replace("-", "").replace("ms_swift", "swift").replace("mswift", "swift")
+    package = "llamafactory" if package == "llmtuner" else package
     if package.replace("_", "") != str(origin.get("package") or "").lower().replace("_", ""):
         return False
     file = want.get("file")

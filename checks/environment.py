@@ -16,6 +16,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from importlib import metadata
@@ -266,6 +267,22 @@ ENV332 = rule(
         "AutoConfig.from_pretrained(PATH, trust_remote_code=True)\"), or load on the main process first "
         "(training_args.main_process_first()), or give each rank its own HF_MODULES_CACHE.",
     source="transformers/dynamic_module_utils.py get_class_from_dynamic_module, create_dynamic_module")
+ENV333 = rule(
+    "ENV333", "warning", "no Python development headers",
+    what="Python.h is not in this interpreter's include directory (sysconfig.get_paths()['include']).",
+    why="Every DeepSpeed op built at first use (CPUAdam for optimizer offload, fused Adam, the CPU communication op) "
+        "includes it through torch/csrc/python_headers.h: the build fails with 'fatal error: Python.h: No such file "
+        "or directory', and the run stops when the op is loaded, after the model has loaded.",
+    fix="Install the headers of this Python: apt install python3.X-dev (X: this Python's minor version), dnf install "
+        "python3-devel, or use a Python that ships them (conda, pyenv, uv).",
+    source="torch/include/torch/csrc/python_headers.h (#include <Python.h>); torch/utils/cpp_extension.py "
+           "(include_paths: sysconfig's include)")
+
+def _python_minor(versions: dict | None) -> str:
+    """'3.10' of the job's Python version (``versions['python']``, else this interpreter's)."""
+    full = (versions or {}).get("python") or platform.python_version()
+    return ".".join(str(full).split(".")[:2])
+
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
@@ -600,6 +617,8 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                 "ninja": (futures["ninja"].result() or "").strip() or None if futures["ninja"] else None,
                 "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
                 "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
+                "python_include": sysconfig.get_paths().get("include"),
+                "python_h": os.path.exists(os.path.join(sysconfig.get_paths().get("include") or "", "Python.h")),
                 "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR"),
                 "build_locks": [lock.to_dict() for lock in build_locks(extension_roots(env))],
             }
@@ -715,6 +734,11 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
             out.append(ENV306.finding("ninja: not on PATH"))
         if not tc.get("gcc"):
             out.append(ENV315.finding(f"{tc.get('cxx') or 'c++'}: not on PATH (torch compiles with $CXX or c++)"))
+        if tc.get("python_h") is False and (v or {}).get("deepspeed"):
+            out.append(ENV333.finding(f"{tc.get('python_include')}/Python.h: not found (Python "
+                                      f"{(v or {}).get('python') or platform.python_version()})",
+                                      fix=f"apt install python{_python_minor(v)}-dev (Debian, Ubuntu), or dnf install "
+                                          f"python3-devel; or use a Python that ships its headers (conda, pyenv, uv)"))
         if not tc.get("libaio"):
             out.append(ENV316.finding("libaio.h: not found in /usr/include or /usr/local/include"))
         for lock in tc.get("build_locks") or []:

@@ -1070,3 +1070,63 @@ def test_pasted_forms_of_real_threads_are_read_as_the_library_printed_them():
     # an unrelated line of many words is no approximate match
     findings, _ = explain("Error: the quick brown fox jumps over the lazy dog while everyone watches the training\n")
     assert findings[0].id == "LOG810"
+
+
+def test_forms_of_round_5s_threads_are_read():
+    """Forms seen in round 5's held-out threads, each general: rich's traceback box (accelerate and LLaMA-Factory
+    install rich.traceback), whose frame name wraps onto the next box line and whose raise shows its message on the
+    source lines after ``❱`` (QwenLM/Qwen PR 833); cuBLAS refusing a GEMM on bf16 operands (DeepSpeed #6723, a
+    TITAN X); a DeepSpeed op build without Python's headers (DeepSpeed #3223)."""
+    box = (
+        "\u256d\u2500\u2500\u2500\u2500 Traceback (most recent call last) \u2500\u2500\u2500\u2500\u256e\n"
+        "\u2502 /env/lib/python3.10/site-packages/transformers/modeling_utils.py:2364 in \u2502\n"
+        "\u2502 from_pretrained                                                  \u2502\n"
+        "\u2502   2363 \u2502   \u2502   if is_deepspeed_zero3_enabled():                 \u2502\n"
+        "\u2502 \u2771 2364 \u2502   \u2502   \u2502   raise ValueError(                     \u2502\n"
+        "\u2502   2365 \u2502   \u2502   \u2502   \u2502   \"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or  \u2502\n"
+        "\u2502   2366 \u2502   \u2502   \u2502   )                                     \u2502\n"
+        "\u2570\u2500\u2500\u2500\u2500\u2500\u2500\u2500\u2500\u2500\u2500\u256f\n")
+    from dsdoctor.checks.logs.lines import read_lines
+
+    texts = [ln.text for ln in read_lines(box)]
+    assert texts[0] == "Traceback (most recent call last):" and texts[2] == "" and texts[3] == ""
+    assert texts[1] == ('  File "/env/lib/python3.10/site-packages/transformers/modeling_utils.py", line 2364, in '
+                        'from_pretrained')
+    assert texts[4] == "    raise ValueError(" and texts[5].startswith('    "DeepSpeed Zero-3 is not compatible')
+    findings, result = explain(box)
+    assert findings[0].id == "HF209" and "DeepSpeed Zero-3 is not compatible" in findings[0].evidence
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("transformers", "modeling_utils.py")
+    assert [ln.text for ln in read_lines("\u2502 not a box")] == ["\u2502 not a box"]
+    findings, _ = explain("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedEx("
+                          "handle, opa, opb, (int)m, (int)n, (int)k, (void*)&falpha, a, CUDA_R_16BF, (int)lda, stridea, "
+                          "b, CUDA_R_16BF, (int)ldb, strideb, (void*)&fbeta, c, CUDA_R_16BF, (int)ldc, stridec, "
+                          "(int)num_batches, compute_type, CUBLAS_GEMM_DEFAULT_TENSOR_OP)\n")
+    assert findings[0].id == "DS111"
+    findings, _ = explain("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmEx( handle, "
+                          "opa, opb, m, n, k, &falpha, a, CUDA_R_16F, lda, b, CUDA_R_16F, ldb, &fbeta, c, CUDA_R_16F)`\n")
+    assert findings[0].id != "DS111"  # fp16 operands: not the bf16 refusal
+    findings, _ = explain("/home/user/.venv/lib/python3.10/site-packages/torch/include/torch/csrc/python_headers.h:12:10: "
+                          "fatal error: Python.h: No such file or directory 12 | #include <Python.h> | ^~~~~~~~~~ "
+                          "compilation terminated.\n")
+    assert findings[0].id == "ENV333" and "dsdoctor env" in findings[0].fix
+
+
+def test_env_names_missing_python_headers():
+    """ENV333 from the toolchain facts: Python.h absent from the interpreter's include directory, with DeepSpeed
+    installed (its JIT ops include it); nothing when the header is there or DeepSpeed is not."""
+    from dsdoctor.checks.environment import diagnose
+
+    def findings_from_facts(facts):
+        return diagnose(facts, env={}, live=False)
+
+    facts = {"versions": {"python": "3.10.12", "deepspeed": "0.16.0", "torch": "2.5.1"},
+             "toolchain": {"python_h": False, "python_include": "/usr/include/python3.10", "gcc": "gcc 11",
+                           "libaio": True, "ninja": "1.11"}}
+    found = [f for f in findings_from_facts(facts) if f.id == "ENV333"]
+    assert len(found) == 1 and "/usr/include/python3.10/Python.h" in found[0].evidence
+    assert "python3.10-dev" in found[0].fix
+    facts["toolchain"]["python_h"] = True
+    assert not [f for f in findings_from_facts(facts) if f.id == "ENV333"]
+    facts["toolchain"]["python_h"] = False
+    facts["versions"]["deepspeed"] = None
+    assert not [f for f in findings_from_facts(facts) if f.id == "ENV333"]

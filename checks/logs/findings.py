@@ -449,9 +449,14 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     done = finished(lines, [])
     failing = [] if done else [ln for ln in lines if FAILED_LINE.search(ln.text) and not CASCADE.search(ln.text)]
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
+        shown = ln.text.strip()
         found = _catalogued(ln.text)
+        if found is None and RAISE_OPEN.search(ln.text):
+            literal = _raised_literal(lines, ln)
+            found = _catalogued(literal) if literal else None
+            shown = f"{shown} \"{literal}\"" if found is not None else shown
         if found is not None and found.entry.kind not in ("nccl-info",):
-            return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}"),
+            return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"),
                     catalogue_origin(found.entry, ln.text))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
@@ -485,6 +490,28 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                                        f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
+
+
+#: a quoted statement that opens a raise whose message is on the lines after it (rich's and IPython's tracebacks show
+#: the whole statement): ``raise ValueError(``
+RAISE_OPEN = re.compile(r"(?:^|\s)raise [A-Z]\w{0,80}\(\s*$")
+#: a string literal's text on a source line: ``"DeepSpeed Zero-3 is not compatible with ...`` (f-prefix allowed)
+LITERAL = re.compile(r"^\s*[frbFRB]{0,2}[\"'](?P<text>[^\"'\n]{8,})")
+
+
+def _raised_literal(lines: list[Line], ln: Line) -> str:
+    """The message a quoted ``raise X(`` statement holds on the source lines after it (the string literals, joined,
+    at most 4 lines), or "" when ``ln`` opens no raise or none follows."""
+    if not RAISE_OPEN.search(ln.text):
+        return ""
+    index = next((i for i, other in enumerate(lines) if other is ln), None)
+    parts = []
+    for other in lines[index + 1:index + 5] if index is not None else []:
+        found = LITERAL.match(other.text)
+        if not found:
+            break
+        parts.append(found.group("text").rstrip().rstrip("\"'"))
+    return " ".join(parts)
 
 
 def _template_finding(ln: Line, found, evidence: str) -> Finding:

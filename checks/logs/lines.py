@@ -50,6 +50,61 @@ def where(line: Line) -> str:
 FULL_WIDTH = {cp: cp - 0xFEE0 for cp in (0xFF1A, 0xFF1B, 0xFF08, 0xFF09, 0xFF0C, 0xFF01, 0xFF1F)}
 
 
+#: a line of rich's traceback box (``rich.traceback``, which accelerate, LLaMA-Factory and typer install):
+#: ``│ <inner> │``, the box's top (``╭── Traceback (most recent call last) ──╮``) and bottom (``╰──╯``)
+RICH_BOX = re.compile(r"^\s{0,4}[\u2502\u2503] ?(?P<inner>.*?)\s{0,200}[\u2502\u2503]\s{0,4}$")
+RICH_TOP = re.compile(r"^\s{0,4}\u256d\u2500{1,300} ?Traceback \(most recent call last\) ?\u2500{1,300}\u256e")
+RICH_EDGE = re.compile(r"^\s{0,4}[\u256d\u2570]\u2500{3,400}[\u256e\u256f]\s{0,4}$")
+#: rich's frame line, ``/path/to/file.py:2364 in from_pretrained`` (the name may wrap onto the next box line)
+RICH_FRAME = re.compile(r"^(?P<path>\S{1,500}\.py):(?P<line>\d{1,7}) in(?: (?P<func>\S{1,120}))?$")
+#: rich's source line: an optional ``❱`` (the failing line), the line number, ``│``, the code with ``│`` indent guides
+RICH_SOURCE = re.compile(r"^(?P<current>\u2771 ?)?\s{0,8}\d{1,7} \u2502(?P<code>.*)$")
+
+
+def unbox(raws: list[str]) -> list[str]:
+    """``raws`` with rich's traceback boxes turned into the lines Python's own traceback prints, one for one (line
+    numbers kept): the box's top is ``Traceback (most recent call last):``; a frame line is ``  File "PATH", line N,
+    in NAME`` (a name wrapped onto the next box line joined to it, that line left empty); the failing source line
+    (``❱``) and the lines after it of the same frame (the rest of the statement, where a raise's message is) are the
+    code, indented; the other source lines and the box's edges are left empty. Lines outside a box are unchanged."""
+    out = list(raws)
+    current = False  # after a frame's ❱ line, until the next frame
+    joined_name = -1  # the line whose frame name was joined to the line before
+    for i, raw in enumerate(raws):
+        if i == joined_name:
+            continue
+        if RICH_TOP.match(raw):
+            out[i] = "Traceback (most recent call last):"
+            continue
+        if RICH_EDGE.match(raw):
+            out[i] = ""
+            continue
+        box = RICH_BOX.match(raw)
+        if not box:
+            continue
+        inner = box.group("inner").strip()
+        frame = RICH_FRAME.match(inner)
+        if frame:
+            func = frame.group("func")
+            if func is None and i + 1 < len(raws):  # the name wrapped onto the next box line
+                following = RICH_BOX.match(raws[i + 1])
+                name = following.group("inner").strip() if following else ""
+                if re.fullmatch(r"[\w.<>]{1,120}", name):
+                    func = name
+                    out[i + 1], joined_name = "", i + 1
+            out[i] = f'  File "{frame.group("path")}", line {frame.group("line")}, in {func or "?"}'
+            current = False
+            continue
+        source = RICH_SOURCE.match(inner)
+        if source:
+            current = current or bool(source.group("current"))
+            code = re.sub(r"\u2502 {0,3}", "", source.group("code")).strip()
+            out[i] = "    " + code if current and code else ""
+            continue
+        out[i] = inner  # another line in a box (rich's locals, a wrapped message): its text
+    return out
+
+
 def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | None = None,
                source: str | None = None) -> list[Line]:
     """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress
@@ -62,7 +117,10 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
     after, count = skipped or (0, 0)
     hosts: set[str] = set()  # pdsh host prefixes seen on lines that proved them (a timestamp after them)
     half = LINE_CHARS // 2
-    for number, raw in enumerate(text.split("\n"), 1):
+    raws = text.split("\n")
+    if "\u2502" in text or "\u2503" in text:
+        raws = unbox(raws)
+    for number, raw in enumerate(raws, 1):
         if "\r" in raw:
             raw = raw.rstrip("\r")
             raw = raw.rsplit("\r", 1)[-1] or raw.replace("\r", "")

@@ -641,12 +641,18 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("no-cxx", "ENV315", ("cc1plus", "c++:"),
          r"cannot execute .cc1plus.|error trying to exec 'cc1plus'|\bc\+\+: (?:command )?not found", _first_line,
          "dsdoctor env", caught_note="(the C++ compiler torch's extension builder calls)"),
+    _sig("no-python-h", "ENV333", "Python.h",
+         r"fatal error: Python\.h: No such file or directory", _first_line, "dsdoctor env",
+         caught_note="(Python.h in the include directory of the Python that runs the job)"),
     _sig("op-build-ninja", "ENV324", ("ninja: build stopped", "'ninja', '-v'", "FAILED: "),
          r"ninja: build stopped: subcommand failed|Command '\['ninja', '-v'[^\]\n]{0,100}\]' returned non-zero exit|"
          r"FAILED: (?:\S{0,300}/)?\w{1,100}\.(?:so|o|cuda\.o)\s{0,3}$", _build,
          "dsdoctor env --build-ops ds_config.json"),
-    _sig("bf16-unsupported", "DS111", "bf16",
-         r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported", _first_line,
+    # cuBLAS refusing a bf16 GEMM (torch's aten/src/ATen/cuda/CUDABlas.cpp names the call and its CUDA_R_16BF
+    # operands): a GPU before compute capability 8.0 has no bf16 tensor cores, and Pascal's cuBLAS no bf16 GEMM
+    _sig("bf16-unsupported", "DS111", ("bf16", "16BF"),
+         r"doesn't support bf16/gpu|bf16 is not supported on your device|Type bf16 is not supported|"
+         r"CUBLAS_STATUS_NOT_SUPPORTED when calling `?cublas\w{1,40}\([^\n]{0,400}?CUDA_R_16BF", _first_line,
          "dsdoctor check ds_config.json --gpu auto",
          caught_note="on the training machine (auto reads its GPUs through NVML; elsewhere --gpu NAME as nvidia-smi "
                      "names it: --gpu V100)"),
