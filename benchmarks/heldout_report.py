@@ -50,7 +50,7 @@ def predict(grid_path: Path) -> None:
             print(json.dumps({"name": point["name"], "predicted_failure": str(exc)}), flush=True)
             continue
         print(json.dumps({"name": point["name"], "calibrated_total": est.total, "calibrated_allocated": est.allocated,
-                          "calibrated_verdict": verdict(est.total, gpu_total),
+                          "calibrated_verdict": verdict(est.total, gpu_total, setup),
                           "replay_reserved": r.reserved, "replay_allocated": r.allocated, "replay_oom": r.oom_phase,
                           "replay_unbounded_reserved": r.unbounded_reserved,
                           "replay_unbounded_allocated": r.unbounded_allocated,
