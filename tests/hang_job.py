@@ -17,6 +17,8 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
   wait), as NCCL's watchdog does on a timeout (gloo has no watchdog to do it).
 - With ``HANG_JOB_BACKEND=nccl`` the ranks use NCCL on their GPU (``cuda:LOCAL_RANK``) instead of gloo on the CPU.
 - ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
+- ``steady``: steps go on, each an all_reduce and then 0.05 s in ``time.sleep`` on one line (a step that spends most
+  of its time at one line: every sample of a rank may find it there), until WORKDIR/release exists.
 """
 
 from __future__ import annotations
@@ -110,6 +112,10 @@ def main() -> None:
                 break
             load()
             compute()
+        elif mode == "steady":
+            if (workdir / "release").exists():
+                break
+            time.sleep(0.05)
         elif step >= 6 and (workdir / "release").exists():
             break
         elif step >= 3 and mode != "sleep" and not (workdir / "release").exists():

@@ -284,7 +284,7 @@ def test_a_pid_that_is_no_rank_and_no_process_is_one_line(tmp_path):
     try:
         result = CliRunner().invoke(cli, ["hang", "--pid", str(sleeper.pid)])
         assert result.exit_code == 2
-        assert "neither a rank (no RANK in its environment) nor a launcher of ranks" in result.output
+        assert "neither a rank (RANK in its environment and PyTorch loaded) nor a launcher of ranks" in result.output
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -442,11 +442,13 @@ def test_a_rank_pid_alone_finds_its_job_and_a_stopped_rank_is_named(job):
 def test_a_rank_started_as_python_script_is_found(tmp_path):
     """`RANK=0 ... python train.py` (no -u: mpirun, srun, a launcher of one's own) was not taken for a rank."""
     script = tmp_path / "plain.py"
-    script.write_text("import time\ntime.sleep(60)\n")
+    script.write_text("import time\nimport torch\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, RANK="0", LOCAL_RANK="0",
                                                                         WORLD_SIZE="1"))
     try:
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60  # until torch is loaded: a process without it is no rank
+        while time.monotonic() < deadline and "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text():
+            time.sleep(0.2)
         code, data, result = hang("--pid", str(proc.pid), "--interval", "0")
         assert code in (0, 1), result.output
         assert data["result"]["ranks"][0]["rank"] == 0
@@ -516,3 +518,107 @@ def test_merge_refuses_two_jobs_and_edited_records(tmp_path):
     path = _snapshot_file(tmp_path / "gone.json", [_record(0, "collective")], [{"host": "a", "gone": "x"}])
     code, _, result = hang("--merge", path)
     assert code == 2 and "a node record of an unexpected shape" in result.output
+
+
+@pytest.mark.slow
+def test_a_steady_job_whose_steps_sit_at_one_line_is_advancing_and_kill_stops_nothing(tmp_path):
+    """A new user's healthy job (each step an all_reduce then a sleep on one line) was called hung in most snapshots,
+    and --kill stopped it: every sample of a rank could find it at the sleep. Its main thread keeps waking and its
+    process keeps reading and writing (/proc), which a rank blocked in a collective does not."""
+    j = Job("steady", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(j.steps(r) >= 3 for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _ in range(2):
+            code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1.5", "--kill")
+            assert code == 0, result.output
+            assert [f["id"] for f in data["findings"]] == ["HANG900"]
+            assert data["result"]["killed"][0].startswith("nothing stopped: ranks 0-1 advanced")
+            assert all(r["activity"]["moving"] for r in data["result"]["ranks"]), data["result"]["ranks"]
+        before = j.steps(0)
+        time.sleep(1.0)
+        assert j.proc.poll() is None and j.steps(0) > before  # still training
+        assert j.release() == 0
+    finally:
+        j.stop()
+
+
+def test_a_python_process_with_rank_in_its_environment_but_no_torch_is_no_rank(tmp_path):
+    """RANK=0 on a process that never loaded PyTorch or MPI (a helper script under the launcher's environment) was
+    taken for a rank and judged blocked."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env=dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1"))
+    try:
+        time.sleep(0.5)
+        code, _, result = hang("--pid", str(proc.pid), "--interval", "0")
+        assert code == 2 and "neither a rank" in result.output
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_progress_is_judged_over_the_later_half_of_the_window():
+    """A rank that worked during the first half of the window and then stopped is not advancing (a job that hung
+    while dsdoctor looked was called advancing); one that wakes and reads or writes steadily is."""
+    from dsdoctor.checks.hang.procs import progress
+
+    def readings(wakeups, calls):
+        return [{"wakeups": w, "syscalls": c, "at": 0.5 * i} for i, (w, c) in enumerate(zip(wakeups, calls))]
+
+    working = progress(readings([0, 10, 20, 30, 40], [0, 60, 120, 180, 240]))
+    assert working["moving"] and working["wakeups"] == 20 and working["syscalls"] == 120 and working["seconds"] == 1.0
+    stopped = progress(readings([0, 10, 20, 20, 20], [0, 60, 120, 120, 120]))
+    assert not stopped["moving"] and stopped["wakeups"] == 0
+    polling = progress(readings([0, 10, 20, 30, 40], [0, 0, 0, 0, 0]))  # a sleep loop waiting for a file
+    assert not polling["moving"]
+    assert progress([None, None]) is None and progress(readings([0], [0])) is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.__setitem__("advancing", "yes"), "advancing is not true, false or null"),
+    (lambda r: r.__setitem__("workers", [None]), "workers is not a list"),
+    (lambda r: r.__setitem__("flight_recorder", [1]), "flight_recorder is not"),
+    (lambda r: r.__setitem__("flight_recorder", {"on": True, "groups": {"0": [1, None]}}), "flight_recorder is not"),
+    (lambda r: r.__setitem__("activity", {"wakeups": "x"}), "activity is not"),
+])
+def test_merge_refuses_records_edited_into_other_shapes(tmp_path, edit, message):
+    """Hand-edited snapshots that ended in an internal error (a new user's 45 edits; these five did)."""
+    record = _record(0, "collective")
+    edit(record)
+    path = _snapshot_file(tmp_path / "a.json", [record, _record(1, "elsewhere")], [{"host": "node-a", "gone": []}])
+    result = CliRunner().invoke(cli, ["hang", "--merge", path])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_merge_of_no_rank_records_and_of_deep_json_is_one_line(tmp_path):
+    empty = _snapshot_file(tmp_path / "e.json", [], [{"host": "node-a", "gone": []}])
+    result = CliRunner().invoke(cli, ["hang", "--merge", empty])
+    assert result.exit_code == 2 and "no rank record" in result.output
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = CliRunner().invoke(cli, ["hang", "--merge", str(deep)])
+    assert result.exit_code == 2 and "not JSON" in result.output
+
+
+def test_a_torch_multiprocessing_spawn_job_gets_a_hint_not_a_dead_end(tmp_path):
+    """torch.multiprocessing.spawn gives each rank its rank as an argument, not in its environment: --pid of its
+    parent named nothing a user could act on."""
+    script = tmp_path / "spawned.py"
+    script.write_text("import time\nimport torch.multiprocessing as mp\n\n\ndef work(i):\n    time.sleep(60)\n\n\n"
+                      "if __name__ == '__main__':\n    mp.spawn(work, nprocs=2)\n")
+    proc = subprocess.Popen([sys.executable, str(script)])
+    try:
+        import psutil
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(psutil.Process(proc.pid).children()) < 2:
+            time.sleep(0.2)
+        result = CliRunner().invoke(cli, ["hang", "--pid", str(proc.pid)])
+        assert result.exit_code == 2, result.output
+        assert "started by torch.multiprocessing.spawn" in result.output and "py-spy dump --pid" in result.output
+    finally:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.wait()

@@ -167,6 +167,28 @@ def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float =
     return out
 
 
+def valid_summary(item) -> bool:
+    """Whether ``item`` has the shape :func:`of_ranks` gives a rank (a snapshot read back by ``--merge`` may have been
+    edited): ``groups`` None or {name: {"last_enqueued", "last_completed": None or an op with an int ``seq`` and a str
+    ``op``}}."""
+    if not isinstance(item, dict):
+        return False
+    groups = item.get("groups")
+    if groups is None:
+        return True
+    if not isinstance(groups, dict):
+        return False
+    for slot in groups.values():
+        if not isinstance(slot, dict):
+            return False
+        for key in ("last_enqueued", "last_completed"):
+            op = slot.get(key)
+            if op is not None and not (isinstance(op, dict) and isinstance(op.get("seq"), int)
+                                       and not isinstance(op.get("seq"), bool) and isinstance(op.get("op"), str)):
+                return False
+    return True
+
+
 def _mtime(path: str | None) -> float | None:
     try:
         return os.path.getmtime(path) if path else None

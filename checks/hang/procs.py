@@ -93,8 +93,24 @@ def _python(proc) -> bool:
     return any(n.startswith("python") or n in ("torchrun", "deepspeed", "accelerate") for n in names)
 
 
+#: libraries in a process's memory map that make it a distributed rank (PyTorch's, or an MPI library's)
+RANK_LIBRARIES = re.compile(r"libtorch|libc10|/torch/_C|libmpi|libnccl")
+
+
+def _distributed(pid: int) -> bool:
+    """Whether the process has loaded PyTorch or MPI (its ``/proc/PID/maps``): a Python process with RANK in its
+    environment that never imported torch (a helper script the launcher's environment reached) is no rank. True when
+    the map cannot be read (another user's process: the environment said rank)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any(RANK_LIBRARIES.search(line) for line in f)
+    except OSError:
+        return True
+
+
 def describe(proc) -> RankProcess | None:
-    """The rank a psutil Process is, or None (not a Python process with a rank in its environment, or gone)."""
+    """The rank a psutil Process is, or None (not a Python process with a rank in its environment and PyTorch or MPI
+    loaded, or gone)."""
     import psutil
 
     try:
@@ -102,7 +118,7 @@ def describe(proc) -> RankProcess | None:
     except (psutil.Error, OSError):
         return None
     found = identity(env)
-    if found is None or not _python(proc):
+    if found is None or not _python(proc) or not _distributed(proc.pid):
         return None
     cmdline = _cmdline(proc)
     from .flight import BUFFER_KEYS, DUMP_KEYS, PIPE_KEY
@@ -165,8 +181,9 @@ def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
                 below = []
             ranks = [r for r in (describe(p) for p in below) if r is not None]
             if not ranks:
-                raise LookupError(f"--pid {pid} ({_cmdline(proc)[:80] or 'no command line'}): neither a rank (no RANK "
-                                  "in its environment) nor a launcher of ranks")
+                raise LookupError(f"--pid {pid} ({_short(_cmdline(proc), 80) or 'no command line'}): neither a rank "
+                                  "(RANK in its environment and PyTorch loaded) nor a launcher of ranks"
+                                  + _spawned_hint(proc, below))
             candidates.update((r.pid, r) for r in ranks)
     else:
         me = os.getpid()
@@ -193,6 +210,25 @@ def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
         except psutil.Error:
             pass
     return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
+
+
+def _short(text: str, most: int) -> str:
+    """``text`` cut to ``most`` characters, with an ellipsis where it was cut."""
+    return text if len(text) <= most else text[:most - 1] + "\u2026"
+
+
+def _spawned_hint(proc, below: list) -> str:
+    """A hint for ``torch.multiprocessing.spawn`` (and ``mp.Process``) jobs, whose ranks get their rank as an argument,
+    not in their environment: their command lines are multiprocessing's own (``-c from multiprocessing.spawn import
+    spawn_main``)."""
+    spawned = [p for p in [proc, *below] if "multiprocessing.spawn" in _cmdline(p) or
+               "multiprocessing.forkserver" in _cmdline(p)]
+    if not spawned:
+        return ""
+    return (f"; {len(spawned)} process{'es' if len(spawned) != 1 else ''} here "
+            f"{'were' if len(spawned) != 1 else 'was'} started by torch.multiprocessing.spawn (its ranks have no RANK "
+            f"in their environment): read each with `py-spy dump --pid PID`, or start the job with torchrun, whose ranks "
+            f"dsdoctor hang finds")
 
 
 def jobs(ranks: list[RankProcess]) -> dict[tuple, list[RankProcess]]:
@@ -264,6 +300,47 @@ def oom_kills(limit: int = 5) -> tuple[list[str], str | None]:
         return [], f"dmesg refused: {(out.stderr or '').strip()[:120] or 'exit ' + str(out.returncode)}"
     lines = [ln.strip() for ln in out.stdout.splitlines() if "Killed process" in ln or "oom-kill" in ln]
     return lines[-limit:], None
+
+
+def activity(pid: int) -> dict | None:
+    """Counters that grow while a process works and stand still while it is blocked, read from /proc without
+    attaching: ``{"wakeups": the main thread's voluntary context switches (it blocked and was woken: each completed
+    gloo collective, each short sleep of a training loop; none while it waits in a collective or spins in NCCL's
+    wait), "syscalls": read and write calls of the whole process (/proc/PID/io syscr + syscw: gloo's socket traffic,
+    a DataLoader's pipes, logging), "at": monotonic seconds}``; None when unreadable (gone, or another user's)."""
+    import time
+
+    try:
+        with open(f"/proc/{pid}/task/{pid}/status") as f:
+            status = f.read()
+        with open(f"/proc/{pid}/io") as f:
+            io = f.read()
+        wakeups = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+        calls = sum(int(re.search(rf"^{key}:\s+(\d+)", io, re.M).group(1)) for key in ("syscr", "syscw"))
+    except (OSError, AttributeError, ValueError):
+        return None
+    return {"wakeups": wakeups, "syscalls": calls, "at": time.monotonic()}
+
+
+#: a rank whose main thread woke this many times a second, while the process made this many read/write calls a
+#: second, is working (measured over 2 s on gloo ranks here: a rank waiting in all_reduce 0 and 0, a rank polling for
+#: a file in a sleep loop 20 and 0, a training loop 15 and 65; ``tests/test_hang.py``)
+WAKEUPS_PER_S = 2.0
+SYSCALLS_PER_S = 5.0
+
+
+def progress(counters: list) -> dict | None:
+    """What :func:`activity` readings taken over a window say, over its later half (a rank that stopped during the
+    window is judged by where it is now): ``{"wakeups", "syscalls" (growth), "seconds", "moving": both grew at
+    least at :data:`WAKEUPS_PER_S` and :data:`SYSCALLS_PER_S`}``; None with fewer than two readings."""
+    seen = [c for c in counters if isinstance(c, dict)]
+    if len(seen) < 2:
+        return None
+    first, last = seen[min(len(seen) // 2, len(seen) - 2)], seen[-1]
+    seconds = max(last["at"] - first["at"], 1e-3)
+    wakeups, calls = last["wakeups"] - first["wakeups"], last["syscalls"] - first["syscalls"]
+    return {"wakeups": wakeups, "syscalls": calls, "seconds": round(seconds, 2),
+            "moving": wakeups >= max(2, WAKEUPS_PER_S * seconds) and calls >= max(5, SYSCALLS_PER_S * seconds)}
 
 
 def proc_state(pid: int) -> dict:

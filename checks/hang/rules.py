@@ -10,7 +10,9 @@ _SOURCE = ("the ranks' Python stacks (py-spy dump) and /proc; torch/distributed/
 
 HANG900 = rule(
     "HANG900", "info", "every rank is advancing: the job is not hung",
-    what="Each rank's stack changed between two snapshots taken --interval apart.",
+    what="Each rank moved during --interval: its main thread's stack changed between samples, or (a step that spends "
+         "most of its time at one line) its main thread kept waking and its process kept reading and writing, which "
+         "a rank blocked in a collective does not (/proc/PID/task/PID/status, /proc/PID/io).",
     why="A slow step, a long evaluation or a checkpoint being written looks like a hang from the outside (no log "
         "line, a flat GPU) but every rank still moves.",
     fix="Nothing to unblock. If it is slower than expected, profile it (py-spy record, torch.profiler); run "
@@ -44,8 +46,8 @@ HANG903 = rule(
         "leaves the others waiting in their next collective; NCCL does not notice until its watchdog timeout.",
     fix="Read the gone rank's own log for its error (`dsdoctor explain RANK.log`); the kernel's log (`dmesg`) names an "
         "OOM kill. Give every rank the same number of steps, and set a shorter timeout "
-        "(`init_process_group(timeout=...)`, `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`) so that the job stops instead of "
-        "hanging.",
+        "(`init_process_group(timeout=...)`; with NCCL also `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`) so that the job stops "
+        "instead of hanging.",
     source=_SOURCE + "; /proc/PID/stat (a zombie's exit status); the kernel's log (OOM kills)")
 HANG904 = rule(
     "HANG904", "error", "every rank waits for its DataLoader",

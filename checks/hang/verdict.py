@@ -50,6 +50,10 @@ def site(position: dict) -> str:
 
 def _motion(record: dict) -> str:
     advancing, busy = record.get("advancing"), record.get("busy")
+    moved = record.get("activity") if isinstance(record.get("activity"), dict) else {}
+    if advancing and record.get("stack_changed") is False and moved.get("moving"):
+        return (f" (advancing: its main thread woke {moved.get('wakeups')} times and the process made "
+                f"{moved.get('syscalls')} read/write calls in {moved.get('seconds')} s)")
     if advancing:
         return " (advancing: its stack changes)"
     if busy:
@@ -87,7 +91,13 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                                         title=f"{_who([r])} exited during the snapshot"))
     if readable and not gone and not stopped and not exited and len(readable) == len(ranks) and interval \
             and all(r.get("advancing") for r in readable):
-        return [HANG900.finding(f"{_who(readable)}: every main thread's stack changed within {interval:g} s; now "
+        by_stack = [r for r in readable if r.get("stack_changed") is not False]
+        by_io = [r for r in readable if r not in by_stack]
+        how = "; ".join(part for part in (
+            f"{_who(by_stack)}: the main thread's stack changed" if by_stack else "",
+            f"{_who(by_io)}: the main thread kept waking and the process kept reading and writing (/proc), at one line"
+            if by_io else "") if part)
+        return [HANG900.finding(f"within {interval:g} s, {how}; now "
                                 + "; ".join(f"rank {r.get('rank')} at {site(r['position'])}" for r in readable[:8]))]
     collective = [r for r in readable if r["position"]["state"] == "collective"]
     waiting = "; ".join(f"{_who(group)} {_verb(group, 'waits', 'wait')} in {place}"
@@ -111,11 +121,13 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
         ops = sorted({str(r["position"].get("op")) for r in collective})
         for place, group in _groups(others).items():
             motion = _motion(group[0]) if len(group) == 1 else ""
+            loader = group[0]["position"]["state"] == "dataloader"
             findings.append(HANG901.finding(
                 f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
                 + _workers(group),
-                title=f"{_who(group)} has not reached {' / '.join(ops)}: {'it is' if len(group) == 1 else 'they are'}"
-                      f" at {place}"))
+                fix=("The odd rank waits for its own DataLoader: " + HANG904.fix) if loader else None,
+                title=f"{_who(group)} {_verb(group, 'has', 'have')} not reached {' / '.join(ops)}: "
+                      f"{'it is' if len(group) == 1 else 'they are'} at {place}"))
     if collective and len(_groups(collective)) > 1:
         findings.append(HANG902.finding(waiting))
     if readable and not collective:
@@ -134,7 +146,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                 title="no rank is in a collective, and no rank moves: each is blocked where the evidence says"
                 if blocked else "no rank is in a collective; every rank is busy at one line (a long step, or a wait "
                 "that spins)" if busy else None))
-    if collective and not others and len(_groups(collective)) == 1 and not gone:
+    if collective and not others and len(_groups(collective)) == 1 and not gone and not stopped and not exited:
         world = max((r.get("world_size") for r in ranks if isinstance(r.get("world_size"), int)), default=0)
         present = {r.get("rank") for r in ranks}
         absent = [k for k in range(world) if k not in present] if world <= 100_000 else []
@@ -142,14 +154,18 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
             findings.append(HANG905.finding(
                 f"{waiting}; {spans(absent)} of world size {world} {'is' if len(absent) == 1 else 'are'} in no "
                 f"snapshot (another node: snapshot it and --merge)",
-                title="every rank seen waits in the same collective; the late rank is not here"))
+                title="every rank seen waits in the same collective; the late rank is not here",
+                fix="Run `dsdoctor hang --json NODE.json` on every node (pdsh or srun) and `dsdoctor hang --merge "
+                    "*.json`: the late rank is in another node's snapshot."))
         else:
             moving = all(r.get("busy") or r.get("advancing") for r in collective)
             findings.append(HANG905.finding(
                 f"{waiting}; every rank of the job is here" + ("; they burn CPU in it: the collective is working, "
                                                                "slowly" if moving else ""),
                 title="every rank waits in the same collective, all arrived: " + (
-                    "a slow collective, still working" if moving else "it is slow or stuck in its transport")))
+                    "a slow collective, still working" if moving else "it is slow or stuck in its transport"),
+                fix="Run `dsdoctor hang` again with a longer --interval (a slow collective advances); `dsdoctor nccl` "
+                    "tests the transport; rerun with `NCCL_DEBUG=INFO`."))
     recorded = flight(ranks)
     if recorded is not None:
         behind, mismatched, text = recorded

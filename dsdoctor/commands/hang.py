@@ -75,13 +75,15 @@ def _gone(ranks, launcher) -> list[dict]:
     base = next((r.rank - r.local_rank for r in ranks if r.rank is not None and r.local_rank is not None), None)
     if not local_world or base is None or local_world > 100_000:
         return []
-    zombies = gone_children(launcher["pid"]) if launcher else []
+    parent = launcher["pid"] if launcher else _common_parent(ranks)  # a launcher of one's own: the ranks' parent
+    zombies = gone_children(parent) if parent else []
     gone = []
     for local in range(local_world):
         if local in present:
             continue
         evidence = (f"no process of local rank {local} of {local_world}"
-                    + (f" under the launcher (pid {launcher['pid']}: {launcher['cmdline'][:80]})" if launcher else ""))
+                    + (f" under the launcher (pid {launcher['pid']}: {_tail(launcher['cmdline'], 80)})" if launcher
+                       else ""))
         if zombies:
             evidence += "; the launcher's exited children: " + ", ".join(
                 f"pid {z['pid']} " + (f"killed by signal {z['signal']}" if z["signal"] else f"exit code {z['exit_code']}")
@@ -90,19 +92,49 @@ def _gone(ranks, launcher) -> list[dict]:
     return gone
 
 
-def _record(rank, threads, error, earlier: list, proc, gpu, host) -> dict:
-    """One rank's record from its last dump (``threads``, ``error``) and the main-thread signatures of the samples
-    taken before it (``earlier``; empty with --interval 0)."""
+def _common_parent(ranks) -> int | None:
+    """The parent PID every rank shares (a launcher dsdoctor does not know by name), or None (init's, or several)."""
+    import psutil
+
+    parents = set()
+    for rank in ranks:
+        try:
+            parents.add(psutil.Process(rank.pid).ppid())
+        except psutil.Error:
+            return None
+    return parents.pop() if len(parents) == 1 and 1 not in parents else None
+
+
+def _tail(text: str, most: int) -> str:
+    """A command line shown in ``most`` characters: its start and its end (the script and its arguments tell two jobs
+    apart), an ellipsis between."""
+    if len(text) <= most:
+        return text
+    return text[:most // 2 - 1] + "\u2026" + text[-(most - most // 2):]
+
+
+def _record(rank, threads, error, earlier: list, proc, gpu, host, counters: list | None = None) -> dict:
+    """One rank's record from its last dump (``threads``, ``error``), the main-thread signatures of the samples
+    taken before it (``earlier``; empty with --interval 0) and /proc's activity counters read with each sample
+    (``counters``, ``checks/hang/procs.py`` :func:`activity`). It is advancing when, over the later half of the
+    window, its main thread's stack changed, or it kept waking and reading or writing (:func:`progress`): a step
+    that spends most of its time at one line still completes its collectives; a rank that stopped during the
+    window is judged by where it is now."""
+    from dsdoctor.checks.hang.procs import progress
     from dsdoctor.checks.hang.stacks import main_thread, position, signature
 
     main = main_thread(threads or [])
     seen = [s for s in earlier if s is not None] + ([signature(main["frames"])] if main else [])
+    later = seen[min(len(seen) // 2, max(0, len(seen) - 2)):]
+    moved = progress(counters or [])
+    advancing = None if len(seen) < 2 and moved is None else \
+        len(set(later)) > 1 or bool(moved and moved["moving"])
     return {"host": host, "pid": rank.pid, "rank": rank.rank, "local_rank": rank.local_rank,
             "world_size": rank.world_size, "local_world_size": rank.local_world_size, "cmdline": rank.cmdline,
             "job": list(rank.job), "proc": proc, "gpu": gpu, "error": error,
             "position": position(main["frames"]) if main else {"state": "unknown"},
-            "samples": len(seen), "advancing": len(set(seen)) > 1 if len(seen) > 1 else None,
-            "threads": threads, "workers": []}
+            "samples": len(seen), "advancing": advancing, "stack_changed": len(set(later)) > 1,
+            "activity": moved, "threads": threads, "workers": []}
 
 
 def snapshot_node(pids: list[int] | None, interval: float, timeout: float, native: bool) -> tuple[list, dict]:
@@ -111,7 +143,7 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     Raises:
         DsdoctorError: not Linux, no rank found, a PID that is no rank, or ranks of several jobs without --pid.
     """
-    from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state
+    from dsdoctor.checks.hang.procs import activity, find_ranks, jobs, launcher_of, oom_kills, proc_state
     from dsdoctor.checks.hang.stacks import dump, main_thread, own_frame, py_spy, signature, where
 
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
@@ -128,8 +160,8 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     if len(grouped) > 1:
         def job_of(group) -> str:
             launcher = launcher_of(group)
-            head = f"launcher pid {launcher['pid']} ({launcher['cmdline'][:60]})" if launcher else \
-                f"{group[0].cmdline[:60]}"
+            head = f"launcher pid {launcher['pid']} ({_tail(launcher['cmdline'], 70)})" if launcher else \
+                _tail(group[0].cmdline, 70)
             return (f"{head}: ranks {', '.join(str(r.rank) for r in group[:8])}, pids "
                     f"{', '.join(str(r.pid) for r in group[:8])}, MASTER_PORT {group[0].job[1] or '?'}")
 
@@ -142,6 +174,7 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     # samples every SAMPLE_EVERY seconds over the interval: a rank whose main thread is anywhere else in any of them
     # is advancing (a training step spends most of its time at a few lines; one pair of samples can land on the same)
     earlier: dict[int, list] = {pid: [] for pid in pids_now}
+    counters: dict[int, list] = {pid: [activity(pid)] for pid in pids_now}
     cpu_before = {pid: proc_state(pid).get("cpu_seconds") for pid in pids_now}
     started_at = time.monotonic()
     if interval and py_spy():
@@ -150,10 +183,13 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
             for pid, (threads, _) in _snapshot(pids_now, native, timeout).items():
                 main = main_thread(threads or [])
                 earlier[pid].append(signature(main["frames"]) if main else None)
+                counters[pid].append(activity(pid))
             left = end - time.monotonic()
             if left <= 0:
                 break
             time.sleep(min(SAMPLE_EVERY, left))
+    elif interval:  # no py-spy: /proc's counters still tell a working rank from a blocked one
+        time.sleep(interval)
     second = _snapshot(pids_now, native, timeout)
     elapsed = time.monotonic() - started_at
     gpus = _gpus()
@@ -161,7 +197,8 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     for rank in ranks:
         threads, error = second[rank.pid]
         proc = proc_state(rank.pid)
-        record = _record(rank, threads, error, earlier[rank.pid], proc, gpus.get(rank.pid), host)
+        record = _record(rank, threads, error, earlier[rank.pid], proc, gpus.get(rank.pid), host,
+                         counters[rank.pid] + [activity(rank.pid)] if interval else [])
         # busy: its CPU time grew by half the time looked at or more (a long step at one line; a spinning wait)
         before, after = cpu_before.get(rank.pid), proc.get("cpu_seconds")
         record["busy"] = None if before is None or after is None or elapsed < 0.5 else \
@@ -199,7 +236,7 @@ def _load(paths: tuple[str, ...]) -> tuple[list, list, float]:
             data = json.loads(Path(path).read_text())
         except OSError as exc:
             raise DsdoctorError(f"--merge {path}: {exc.strerror or exc}") from None
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise DsdoctorError(f"--merge {path}: not JSON (give the files `dsdoctor hang --json FILE` wrote)") from None
         result = data.get("result") if isinstance(data, dict) else None
         if not (isinstance(data, dict) and data.get("command") == "hang" and isinstance(result, dict)
@@ -225,6 +262,8 @@ def _load(paths: tuple[str, ...]) -> tuple[list, list, float]:
                 nodes.append(node)
         if isinstance(result.get("interval_s"), (int, float)):
             interval = max(interval, float(result["interval_s"]))
+    if not ranks:
+        raise DsdoctorError(f"--merge: no rank record in {', '.join(paths)[:200]}: nothing to judge")
     jobs = {tuple(r.get("job") or ()) for r in ranks} - {()}
     if len(jobs) > 1:
         raise DsdoctorError(f"--merge: the snapshots are of {len(jobs)} different jobs (MASTER_ADDR, MASTER_PORT, "
@@ -259,6 +298,32 @@ def _record_problem(record: dict) -> str | None:
     gpu = record.get("gpu")
     if gpu is not None and not (isinstance(gpu, dict) and {"utilization_percent", "used_gib"} <= set(gpu)):
         return "gpu is not NVML's record"
+    for key in ("advancing", "busy", "stack_changed"):
+        if record.get(key) is not None and not isinstance(record[key], bool):
+            return f"{key} is not true, false or null"
+    if record.get("job") is not None and not (isinstance(record["job"], list)
+                                              and all(isinstance(x, str) for x in record["job"])):
+        return "job is not a list of strings"
+    workers = record.get("workers")
+    if workers is not None and not (isinstance(workers, list) and all(
+            isinstance(w, dict) and _is_int(w.get("pid")) and isinstance(w.get("at"), (str, type(None)))
+            for w in workers)):
+        return "workers is not a list of worker records"
+    proc = record.get("proc")
+    if proc is not None and not (isinstance(proc, dict) and isinstance(proc.get("status", ""), str)
+                                 and isinstance(proc.get("wchan") or "", str)):
+        return "proc is not /proc's record"
+    activity = record.get("activity")
+    if activity is not None and not (isinstance(activity, dict) and all(
+            isinstance(activity.get(k), (int, float)) and not isinstance(activity.get(k), bool)
+            for k in ("wakeups", "syscalls", "seconds")) and isinstance(activity.get("moving"), bool)):
+        return "activity is not /proc's counters"
+    flight = record.get("flight_recorder")
+    if flight is not None:
+        from dsdoctor.checks.hang.flight import valid_summary
+
+        if not valid_summary(flight):
+            return "flight_recorder is not a Flight Recorder summary"
     return None
 
 
@@ -271,7 +336,7 @@ def _kill(records: list[dict], launcher: dict | None, grace: float = 10.0) -> li
     procs = []
     if launcher is not None:
         try:
-            procs.append(({"rank": None, "what": f"the launcher ({launcher['cmdline'][:60]})"},
+            procs.append(({"rank": None, "what": f"the launcher ({_tail(launcher['cmdline'], 60)})"},
                           psutil.Process(launcher["pid"])))
         except psutil.Error:
             pass
@@ -307,7 +372,9 @@ def _table(records: list[dict]) -> list[list[str]]:
                      (r.get("proc") or {}).get("status") if (r.get("proc") or {}).get("status") in (
                          "stopped", "gone", "zombie") else r["position"]["state"] if not r.get("error") else
                      "unreadable",
-                     site(r["position"]) if r["position"]["state"] != "unknown" else (r.get("error") or "")[:80],
+                     site(r["position"]) if r["position"]["state"] != "unknown" else
+                     "stopped: its stack cannot be read until it is continued" if (r.get("proc") or {}).get("status") in
+                     ("stopped", "tracing-stop") else (r.get("error") or "")[:80],
                      {None: "-", True: "yes", False: "no"}[r.get("advancing")],
                      f"{gpu.get('utilization_percent')}% / {gpu.get('used_gib')} GiB" if gpu else "-"])
     return rows
@@ -334,16 +401,27 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
         nodes = [node]
     findings = diagnose(records, nodes, interval)
     killed = []
-    if kill and any(f.id == "HANG900" for f in findings):
-        killed = ["nothing stopped: every rank is advancing (HANG900); stop the job yourself if you mean to"]
-    elif kill:
-        killed = _kill(records, nodes[0].get("launcher") if nodes else None)
+    if kill:
+        from dsdoctor.checks.hang.verdict import spans
+
+        moving = [r for r in records if r.get("advancing")]
+        if moving:
+            killed = [f"nothing stopped: {spans([r.get('rank') for r in moving]) or 'a rank'} advanced during the "
+                      "snapshot (its stack changed, or it kept waking and reading or writing): the job is not stuck; "
+                      "stop it yourself if you mean to"]
+        elif not any(f.severity == "error" for f in findings):
+            killed = ["nothing stopped: no finding says the job is stuck (a slow collective or a long step is a "
+                      "warning); take another snapshot, or stop the job yourself if you mean to"]
+        else:
+            killed = _kill(records, nodes[0].get("launcher") if nodes else None)
     report = Report("hang", findings=findings,
                     result={"nodes": nodes, "ranks": records, "interval_s": interval,
                             "seconds": round(time.perf_counter() - start, 2), "killed": killed})
     hosts = len({r.get("host") for r in records})
     report.tables.append((f"{len(records)} rank{'s' if len(records) != 1 else ''}"
-                          + (f" on {hosts} node{'s' if hosts != 1 else ''}" if merge else ""),
+                          + (f" on {hosts} node{'s' if hosts != 1 else ''}" if merge else "")
+                          + ("; one snapshot (--interval 0): whether the ranks move was not measured"
+                             if not interval else ""),
                           ["rank", "local", "host", "pid", "state", "where", "advancing", "GPU"], _table(records)))
     if killed:
         report.block_title = "stopped after the snapshot (--kill)"
