@@ -1130,3 +1130,20 @@ def test_env_names_missing_python_headers():
     facts["toolchain"]["python_h"] = False
     facts["versions"]["deepspeed"] = None
     assert not [f for f in findings_from_facts(facts) if f.id == "ENV333"]
+
+
+def test_env_names_a_deepspeed_launcher_not_on_path():
+    """ENV334: DeepSpeed imports, but `deepspeed` is not on PATH (VisualGLM's finetune script, cases/threads/h-05:
+    'deepspeed: command not found' with DeepSpeed 0.9.2 installed); the directory pip put it in is the fix."""
+    from dsdoctor.checks.environment import diagnose
+
+    facts = {"versions": {"python": "3.10.12", "deepspeed": "0.9.2", "torch": "2.0.1"},
+             "toolchain": {"python_h": True, "gcc": "gcc 11", "libaio": True, "ninja": "1.11",
+                           "deepspeed_cli": None, "scripts_dir": "/home/user/env/bin"}}
+    found = [f for f in diagnose(facts, env={}, live=False) if f.id == "ENV334"]
+    assert len(found) == 1 and "/home/user/env/bin" in found[0].evidence and "export PATH=/home/user/env/bin" in \
+        found[0].fix
+    facts["toolchain"]["deepspeed_cli"] = "/home/user/env/bin/deepspeed"
+    assert not [f for f in diagnose(facts, env={}, live=False) if f.id == "ENV334"]
+    findings, _ = explain("finetune/finetune_visualglm.sh: line 56: deepspeed: command not found\n")
+    assert findings[0].id == "ENV334" and "python -m deepspeed.launcher.runner" in findings[0].fix

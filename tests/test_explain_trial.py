@@ -159,13 +159,15 @@ IMPORT_LINES = [
     ("/usr/bin/python: Error while finding module specification for 'deepspeed.launcher.runner' (ModuleNotFoundError: "
      "No module named 'deepspeed')", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("/usr/bin/python3: No module named deepspeed", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
-    ("bash: deepspeed: command not found", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
+    # the shell's: installed in an environment not on PATH, or not installed: the fix tells them apart
+    ("bash: deepspeed: command not found", "ENV334", "the deepspeed launcher is not on PATH",
+     "`python -m deepspeed.launcher.runner`"),
     # accelerate/state.py, under the Trainer (LLaMA-Factory issue 4694)
     ("ImportError: DeepSpeed is not available => install it using `pip3 install deepspeed` or build it from source",
      "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),
     ("ModuleNotFoundError: No module named 'torch'", "ENV301", "torch is not installed",
      "https://pytorch.org/get-started/locally/"),
-    ("sh: 1: deepspeed: not found", "ENV309", "DeepSpeed is not installed", "`pip install deepspeed`"),  # dash
+    ("sh: 1: deepspeed: not found", "ENV334", "the deepspeed launcher is not on PATH", "`pip install deepspeed`"),  # dash
     ("bash: torchrun: command not found", "ENV301", "torch is not installed", "https://pytorch.org/get-started/locally/"),
     ("ModuleNotFoundError: No module named 'flash_attn'", "LOG808", "flash_attn is not installed",
      "`pip install flash-attn --no-build-isolation`"),
@@ -257,7 +259,7 @@ def test_the_import_patterns_match_disjoint_lines():
     """A line is one import failure: no two of the import signatures match the same line."""
     from dsdoctor.checks.logs import SIGNATURES
 
-    names = ("no-deepspeed", "no-torch", "no-package", "op-abi", "import-error")
+    names = ("no-deepspeed", "no-deepspeed-cli", "no-torch", "no-package", "op-abi", "import-error")
     import_sigs = [s for s in SIGNATURES if s.name in names]
     for line, *_ in IMPORT_LINES:
         assert len([s.name for s in import_sigs if s.pattern.search(line)]) == 1, line

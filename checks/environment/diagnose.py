@@ -9,7 +9,7 @@ from dataclasses import replace
 from dsdoctor.report import Finding
 
 from .facts import _numbers, arch_list_problems
-from .rules import (ENV301, ENV302, ENV303, ENV304, ENV305, ENV306, ENV307, ENV308, ENV309, ENV310, ENV311, ENV312,
+from .rules import (ENV334, ENV301, ENV302, ENV303, ENV304, ENV305, ENV306, ENV307, ENV308, ENV309, ENV310, ENV311, ENV312,
                     ENV313, ENV314, ENV315, ENV316, ENV317, ENV318, ENV319, ENV320, ENV321, ENV322, ENV323, ENV325,
                     ENV326, ENV327, ENV328, ENV329, ENV330, ENV333, GIB, KNOWN_BAD, THROTTLE_BAD, _python_minor)
 
@@ -71,6 +71,12 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
                                       f"{(v or {}).get('python') or platform.python_version()})",
                                       fix=f"apt install python{_python_minor(v)}-dev (Debian, Ubuntu), or dnf install "
                                           f"python3-devel; or use a Python that ships its headers (conda, pyenv, uv)"))
+        scripts = tc.get("scripts_dir")
+        if (v or {}).get("deepspeed") and "deepspeed_cli" in tc and not tc.get("deepspeed_cli") and scripts:
+            out.append(ENV334.finding(f"DeepSpeed {(v or {}).get('deepspeed')} is installed; `deepspeed` is not on PATH"
+                                      f" (pip puts it in {scripts})",
+                                      fix=f"export PATH={scripts}:$PATH (or activate that environment); or launch with "
+                                          f"`python -m deepspeed.launcher.runner` and the same arguments"))
         if not tc.get("libaio"):
             out.append(ENV316.finding("libaio.h: not found in /usr/include or /usr/local/include"))
         for lock in tc.get("build_locks") or []:

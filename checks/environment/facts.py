@@ -340,6 +340,10 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                 "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
                 "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
                 "python_include": sysconfig.get_paths().get("include"),
+                # the deepspeed launcher pip installed beside this Python, and the one PATH finds (deepspeed's
+                # setup.py scripts: bin/deepspeed)
+                "deepspeed_cli": probe.which("deepspeed"),
+                "scripts_dir": sysconfig.get_paths().get("scripts"),
                 "python_h": os.path.exists(os.path.join(sysconfig.get_paths().get("include") or "", "Python.h")),
                 "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR"),
                 "build_locks": [lock.to_dict() for lock in build_locks(extension_roots(env))],

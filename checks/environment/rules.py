@@ -253,6 +253,16 @@ ENV333 = rule(
         "python3-devel, or use a Python that ships them (conda, pyenv, uv).",
     source="torch/include/torch/csrc/python_headers.h (#include <Python.h>); torch/utils/cpp_extension.py "
            "(include_paths: sysconfig's include)")
+ENV334 = rule(
+    "ENV334", "warning", "the deepspeed launcher is not on PATH",
+    what="DeepSpeed imports in this Python, but its `deepspeed` command (the launcher script pip installs into the "
+         "environment's bin directory) is not on PATH.",
+    why="A fine-tuning script that starts training with `deepspeed --num_gpus N train.py ...` stops at once with "
+        "'deepspeed: command not found' (or runs another environment's launcher, with that environment's packages).",
+    fix="Activate the environment DeepSpeed is installed in, or add its bin directory (in the evidence) to PATH; or "
+        "launch with `python -m deepspeed.launcher.runner` and the same arguments.",
+    source="deepspeed's setup.py (scripts: bin/deepspeed); pip installs scripts into sysconfig's 'scripts' path")
+
 
 def _python_minor(versions: dict | None) -> str:
     """'3.10' of the job's Python version (``versions['python']``, else this interpreter's)."""

@@ -71,8 +71,9 @@ NO_DEEPSPEED = (
     # accelerate/state.py PartialState (the Trainer's and accelerate launch's DeepSpeed plugin)
     r"ImportError: DeepSpeed is not available => install it|"
     r"Error while finding module specification for '[\w.]{1,200}' \(ModuleNotFoundError: No module named "
-    r"'deepspeed'\)|python[\d.]{0,6}: No module named deepspeed(?![\w.])|"
-    r"\bdeepspeed: (?:command )?not found|command not found: deepspeed\b")
+    r"'deepspeed'\)|python[\d.]{0,6}: No module named deepspeed(?![\w.])")
+#: the shell could not find the `deepspeed` launcher command (bash, sh, zsh)
+NO_DEEPSPEED_CLI = r"\bdeepspeed: (?:command )?not found|command not found: deepspeed\b"
 NO_TORCH = (
     _START + r"ModuleNotFoundError: No module named 'torch'|"
     r"Error while finding module specification for '[\w.]{1,200}' \(ModuleNotFoundError: No module named "
@@ -139,13 +140,22 @@ _SAME_PYTHON = ("in the Python environment the launcher starts: the same python 
 
 
 def missing_deepspeed(match, lines) -> tuple[str, str, dict]:
-    """ENV309 from a log: DeepSpeed is not importable in the Python that ran (or its launcher is not on PATH)."""
-    command = "command not found" in match.line.text or ": not found" in match.line.text
-    evidence = _where(match) + _line(match) + (
-        " (the `deepspeed` launcher is not on PATH: DeepSpeed is not installed in this environment, or the "
-        "environment is not activated)" if command else " (the Python that ran has no DeepSpeed)")
+    """ENV309 from a log: DeepSpeed is not importable in the Python that ran."""
+    evidence = _where(match) + _line(match) + " (the Python that ran has no DeepSpeed)"
     fix = ("Install DeepSpeed " + _SAME_PYTHON.format(module="deepspeed") + ": `pip install deepspeed`; then "
            "`dsdoctor env`, run with that python, shows what is installed.")
+    return evidence, fix, {}
+
+
+def missing_deepspeed_cli(match, lines) -> tuple[str, str, dict]:
+    """ENV334 from a log: the shell found no `deepspeed` command. The log cannot tell whether DeepSpeed is installed
+    in an environment that is not on PATH (ENV334's cause) or not installed at all (ENV309's): the fix tells them
+    apart."""
+    evidence = _where(match) + _line(match) + " (the shell found no `deepspeed` launcher on PATH)"
+    fix = ("Run `python -c \"import deepspeed, sys; print(deepspeed.__version__, sys.prefix)\"` with the Python meant "
+           "to train: if it prints a version, activate that environment or add its bin directory to PATH (or "
+           "launch with `python -m deepspeed.launcher.runner` and the same arguments); if it fails, `pip install "
+           "deepspeed` into it. `dsdoctor env`, run with that Python, says which.")
     return evidence, fix, {}
 
 

@@ -698,6 +698,9 @@ SIGNATURES: tuple[Signature, ...] = (
     # import failures (imports.py): a package not installed, an incomplete or shadowed one, another version's code
     _sig("no-deepspeed", "ENV309", imports.NO_DEEPSPEED_NEEDLES, imports.NO_DEEPSPEED, imports.missing_deepspeed,
          "dsdoctor env", caught_note="(run with the job's python: the versions it imports)"),
+    _sig("no-deepspeed-cli", "ENV334", ("command not found", "deepspeed: not found"), imports.NO_DEEPSPEED_CLI,
+         imports.missing_deepspeed_cli, "dsdoctor env",
+         caught_note="(run with the job's python: whether DeepSpeed imports and its launcher is on PATH)"),
     _sig("no-torch", "ENV301", imports.NO_TORCH_NEEDLES, imports.NO_TORCH, imports.missing_torch, "dsdoctor env",
          caught_note="(run with the job's python: the versions it imports)"),
     _sig("no-package", "LOG808", imports.NO_PACKAGE_NEEDLES, imports.NO_PACKAGE, imports.missing_package,
