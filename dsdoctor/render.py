@@ -51,8 +51,9 @@ def render_json(report: Report) -> str:
 
 def render_markdown(report: Report) -> str:
     """A GitHub-flavoured Markdown table of findings, then the scalar result values."""
-    def cell(text: str) -> str:
-        return text.replace("|", "\\|").replace("\n", "<br>")
+    def cell(text: str) -> str:  # a frame's `<module>` is text, not an HTML tag GitHub would swallow
+        return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|") \
+            .replace("\n", "<br>")
 
     lines = [f"## dsdoctor {report.command}"]
     if report.findings or not (report.tables or report.block):

@@ -17,6 +17,8 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
   wait), as NCCL's watchdog does on a timeout (gloo has no watchdog to do it).
 - With ``HANG_JOB_BACKEND=nccl`` the ranks use NCCL on their GPU (``cuda:LOCAL_RANK``) instead of gloo on the CPU.
 - ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
+- ``straggler``: steps go on; after each all_reduce ``odd`` computes for 2.5 s (a Python loop burning CPU) while the
+  others wait for it in the next all_reduce, until WORKDIR/release exists: healthy, with steps longer than --interval.
 - ``steady``: steps go on, each an all_reduce and then 0.05 s in ``time.sleep`` on one line (a step that spends most
   of its time at one line: every sample of a rank may find it there), until WORKDIR/release exists.
 """
@@ -69,6 +71,14 @@ def compute() -> None:
     time.sleep(0.1)
 
 
+def crunch(seconds: float) -> int:
+    """Burn CPU in Python for ``seconds`` (a long step of one rank)."""
+    end, total = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        total += sum(range(10_000))
+    return total
+
+
 def main() -> None:
     mode, workdir = sys.argv[1], Path(sys.argv[2])
     backend = os.environ.get("HANG_JOB_BACKEND", "gloo")
@@ -112,6 +122,11 @@ def main() -> None:
                 break
             load()
             compute()
+        elif mode == "straggler":
+            if (workdir / "release").exists():
+                break
+            if rank == odd:
+                crunch(2.5)
         elif mode == "steady":
             if (workdir / "release").exists():
                 break

@@ -98,7 +98,9 @@ def job(tmp_path):
 
 
 def hang(*args):
-    result = CliRunner().invoke(cli, ["hang", *args, "--json", "-"])
+    """`dsdoctor hang ARGS --json -`: (exit code, JSON, result); --wait 4 unless given (a hang costs all of it)."""
+    wait = [] if "--wait" in args or "--merge" in args else ["--wait", "4"]
+    result = CliRunner().invoke(cli, ["hang", *args, *wait, "--json", "-"])
     data = json.loads(result.output) if result.output.strip().startswith("{") else None
     return result.exit_code, data, result
 
@@ -210,7 +212,9 @@ def test_the_flight_recorder_names_the_late_rank_when_the_stacks_cannot(job, tmp
                                         "all_reduce #2; rank 2 is at wait_for_release at hang_job.py:")
     assert "HANG907" not in [f["id"] for f in data["findings"]]
     fr = data["result"]["ranks"][0]["flight_recorder"]
-    assert fr["on"] and fr["groups"]["default_pg"]["last_completed"]["seq"] == 2
+    # #2 completed on every rank; gloo marks a record retired when its work object is released, which a dump taken
+    # right after #3's enqueue may precede (1 full-suite run in several): then #1 is the last marked completed
+    assert fr["on"] and fr["groups"]["default_pg"]["last_completed"]["seq"] in (1, 2)
     j.release()  # its exit status is not asserted: with the recorder on, gloo's teardown aborts now and then
     # ("terminate called without an active exception", 1 run in 3 with no snapshot taken either)
     assert [j.steps(r) for r in range(3)] == [6, 6, 6]
@@ -407,6 +411,9 @@ def test_kill_stops_the_ranks_only_after_the_snapshot_and_says_what_it_stopped(j
     j = job("sleep")
     pids = [int((j.workdir / f"ready-{r}").read_text()) for r in range(2)]
     code, data, result = hang("--pid", str(j.proc.pid), "--interval", "0", "--kill")
+    assert data["result"]["killed"][0].startswith("nothing stopped: one snapshot (--interval 0)")
+    assert j.proc.poll() is None
+    code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--kill")
     assert code == 1, result.output
     assert data["findings"][0]["id"] == "HANG901"  # the snapshot first
     killed = data["result"]["killed"]
@@ -558,21 +565,20 @@ def test_a_python_process_with_rank_in_its_environment_but_no_torch_is_no_rank(t
         proc.wait()
 
 
-def test_progress_is_judged_over_the_later_half_of_the_window():
-    """A rank that worked during the first half of the window and then stopped is not advancing (a job that hung
-    while dsdoctor looked was called advancing); one that wakes and reads or writes steadily is."""
-    from dsdoctor.checks.hang.procs import progress
+def test_a_rank_moves_when_it_wakes_and_reads_or_writes_between_two_readings():
+    """/proc's counters between two readings 0.25 s apart: a rank blocked in a collective does neither; a loop polling
+    a file wakes but reads and writes nothing; a training step does both."""
+    from dsdoctor.checks.hang.procs import moved
 
-    def readings(wakeups, calls):
-        return [{"wakeups": w, "syscalls": c, "at": 0.5 * i} for i, (w, c) in enumerate(zip(wakeups, calls))]
+    def reading(wakeups, calls, at):
+        return {"wakeups": wakeups, "syscalls": calls, "at": at}
 
-    working = progress(readings([0, 10, 20, 30, 40], [0, 60, 120, 180, 240]))
-    assert working["moving"] and working["wakeups"] == 20 and working["syscalls"] == 120 and working["seconds"] == 1.0
-    stopped = progress(readings([0, 10, 20, 20, 20], [0, 60, 120, 120, 120]))
-    assert not stopped["moving"] and stopped["wakeups"] == 0
-    polling = progress(readings([0, 10, 20, 30, 40], [0, 0, 0, 0, 0]))  # a sleep loop waiting for a file
-    assert not polling["moving"]
-    assert progress([None, None]) is None and progress(readings([0], [0])) is None
+    assert moved(reading(10, 100, 0.0), reading(14, 120, 0.25))
+    assert not moved(reading(10, 100, 0.0), reading(10, 100, 0.25))  # blocked
+    assert not moved(reading(10, 100, 0.0), reading(15, 100, 0.25))  # polling with sleeps
+    assert not moved(reading(10, 100, 0.0), reading(10, 160, 0.25))  # another thread's traffic, the main one asleep
+    assert not moved(reading(10, 100, 0.0), reading(11, 102, 2.0))  # once in 2 s: below 2 wakeups and 5 calls a second
+    assert not moved(None, reading(1, 1, 0.0)) and not moved(reading(1, 1, 0.0), None)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -607,8 +613,9 @@ def test_a_torch_multiprocessing_spawn_job_gets_a_hint_not_a_dead_end(tmp_path):
     script = tmp_path / "spawned.py"
     script.write_text("import time\nimport torch.multiprocessing as mp\n\n\ndef work(i):\n    time.sleep(60)\n\n\n"
                       "if __name__ == '__main__':\n    mp.spawn(work, nprocs=2)\n")
-    proc = subprocess.Popen([sys.executable, str(script)])
-    try:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env)  # no rank of this process's own (an in-process
+    try:  # DeepSpeed test may have set RANK here)
         import psutil
 
         deadline = time.monotonic() + 60
@@ -622,3 +629,25 @@ def test_a_torch_multiprocessing_spawn_job_gets_a_hint_not_a_dead_end(tmp_path):
             child.kill()
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+def test_a_straggler_whose_step_is_longer_than_the_interval_is_not_a_hang(tmp_path):
+    """A new user's healthy job where one rank computes for seconds while the others wait in all_reduce was called
+    hung (HANG901, an error) in 9 snapshots of 12, and --kill stopped it: the window now runs on (--wait) until every
+    rank has moved, and a rank that burns CPU is never killed on a guess."""
+    j = Job("straggler", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(j.steps(r) >= 2 for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for _ in range(2):
+            code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "8", "--kill")
+            assert code == 0, result.output
+            assert [f["id"] for f in data["findings"]] == ["HANG900"], data["findings"]
+            assert data["result"]["killed"][0].startswith("nothing stopped")
+            assert 1 <= data["result"]["ranks"][0]["window_s"] <= 9
+        assert j.proc.poll() is None
+        assert j.release() == 0
+    finally:
+        j.stop()

@@ -160,3 +160,11 @@ def test_bytes_read_as_gib_in_table_and_markdown_but_stay_bytes_in_json():
     assert "0.52 GiB, 3.00 GiB" in buf.getvalue() and "560644096" not in buf.getvalue()
     assert "| peak_allocated_bytes | 0.52 GiB, 3.00 GiB |" in render_markdown(report)
     assert _json.loads(render_json(report))["result"]["peak_allocated_bytes"] == [560644096, 3 * 2**30]
+
+
+def test_render_markdown_keeps_a_frames_angle_brackets_as_text():
+    """`<module>` in a hang's frame was taken by GitHub for an HTML tag and the function vanished."""
+    r = Report("hang", findings=[Finding(id="HANG901", severity="error", title="rank 1 is at <module> at tr.py:50",
+                                         evidence="a & b", fix="")])
+    md = render_markdown(r)
+    assert "&lt;module&gt; at tr.py:50" in md and "a &amp; b" in md

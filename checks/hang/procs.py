@@ -322,25 +322,23 @@ def activity(pid: int) -> dict | None:
     return {"wakeups": wakeups, "syscalls": calls, "at": time.monotonic()}
 
 
-#: a rank whose main thread woke this many times a second, while the process made this many read/write calls a
-#: second, is working (measured over 2 s on gloo ranks here: a rank waiting in all_reduce 0 and 0, a rank polling for
-#: a file in a sleep loop 20 and 0, a training loop 15 and 65; ``tests/test_hang.py``)
+#: a rank whose main thread woke at least this often, while its process made at least this many read/write calls,
+#: between two readings, moved (measured over 2 s on gloo ranks here: a rank waiting in all_reduce 0 and 0 a second, a
+#: rank polling for a file in a sleep loop 20 and 0, a training loop 15 and 65; ``tests/test_hang.py``)
 WAKEUPS_PER_S = 2.0
 SYSCALLS_PER_S = 5.0
 
 
-def progress(counters: list) -> dict | None:
-    """What :func:`activity` readings taken over a window say, over its later half (a rank that stopped during the
-    window is judged by where it is now): ``{"wakeups", "syscalls" (growth), "seconds", "moving": both grew at
-    least at :data:`WAKEUPS_PER_S` and :data:`SYSCALLS_PER_S`}``; None with fewer than two readings."""
-    seen = [c for c in counters if isinstance(c, dict)]
-    if len(seen) < 2:
-        return None
-    first, last = seen[min(len(seen) // 2, len(seen) - 2)], seen[-1]
-    seconds = max(last["at"] - first["at"], 1e-3)
-    wakeups, calls = last["wakeups"] - first["wakeups"], last["syscalls"] - first["syscalls"]
-    return {"wakeups": wakeups, "syscalls": calls, "seconds": round(seconds, 2),
-            "moving": wakeups >= max(2, WAKEUPS_PER_S * seconds) and calls >= max(5, SYSCALLS_PER_S * seconds)}
+def moved(before: dict | None, after: dict | None) -> bool:
+    """Whether a rank worked between two :func:`activity` readings: its main thread woke (at least once, and
+    :data:`WAKEUPS_PER_S` over the time between them) and its process read or wrote (at least twice, and
+    :data:`SYSCALLS_PER_S`). A rank blocked in a collective does neither; a loop that polls a file with sleeps wakes
+    but reads and writes nothing."""
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+        return False
+    seconds = max(after["at"] - before["at"], 0.0)
+    return after["wakeups"] - before["wakeups"] >= max(1, WAKEUPS_PER_S * seconds) and \
+        after["syscalls"] - before["syscalls"] >= max(2, SYSCALLS_PER_S * seconds)
 
 
 def proc_state(pid: int) -> dict:

@@ -122,12 +122,22 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
         for place, group in _groups(others).items():
             motion = _motion(group[0]) if len(group) == 1 else ""
             loader = group[0]["position"]["state"] == "dataloader"
+            # a rank that computes (its stack moves, or it burns CPU) may be a long step: a straggler, or an endless
+            # loop; no snapshot of a few seconds tells them apart (inconclusive: a warning)
+            working = interval and all(r.get("advancing") or r.get("busy") for r in group)
+            window = max((r.get("window_s") or 0 for r in ranks), default=0)
             findings.append(HANG901.finding(
                 f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
                 + _workers(group),
-                fix=("The odd rank waits for its own DataLoader: " + HANG904.fix) if loader else None,
+                severity="warning" if working else None,
+                fix=("The odd rank waits for its own DataLoader: " + HANG904.fix) if loader else
+                ("If that work should take less than the snapshot's "
+                 f"{window:g} s, it is stuck there: read its frames; otherwise it is a straggler (rank-0-only "
+                 "evaluation, saving, uneven batches): run `dsdoctor hang --wait 60` to see whether it ends, and "
+                 "give every rank the same work between collectives.") if working else None,
                 title=f"{_who(group)} {_verb(group, 'has', 'have')} not reached {' / '.join(ops)}: "
-                      f"{'it is' if len(group) == 1 else 'they are'} at {place}"))
+                      f"{'it is' if len(group) == 1 else 'they are'} at {place}"
+                      + (" and still working (inconclusive: a long step or an endless loop)" if working else "")))
     if collective and len(_groups(collective)) > 1:
         findings.append(HANG902.finding(waiting))
     if readable and not collective:

@@ -25,6 +25,9 @@ from dsdoctor.report import DsdoctorError, Report
 MAX_WORKERS_READ = 4
 #: seconds between the samples of each rank's stack during --interval
 SAMPLE_EVERY = 0.2
+#: a rank whose CPU time grew by this share of the time looked at is busy (computing or spinning): 4 ranks computing
+#: on 2 cores get half a core each
+BUSY_SHARE = 0.3
 
 
 def _snapshot(pids: list[int], native: bool, timeout: float) -> dict[int, tuple]:
@@ -113,38 +116,86 @@ def _tail(text: str, most: int) -> str:
     return text[:most // 2 - 1] + "\u2026" + text[-(most - most // 2):]
 
 
-def _record(rank, threads, error, earlier: list, proc, gpu, host, counters: list | None = None) -> dict:
-    """One rank's record from its last dump (``threads``, ``error``), the main-thread signatures of the samples
-    taken before it (``earlier``; empty with --interval 0) and /proc's activity counters read with each sample
-    (``counters``, ``checks/hang/procs.py`` :func:`activity`). It is advancing when, over the later half of the
-    window, its main thread's stack changed, or it kept waking and reading or writing (:func:`progress`): a step
-    that spends most of its time at one line still completes its collectives; a rank that stopped during the
-    window is judged by where it is now."""
-    from dsdoctor.checks.hang.procs import progress
-    from dsdoctor.checks.hang.stacks import main_thread, position, signature
+def _record(rank, threads, error, proc, gpu, host, watched: dict | None = None) -> dict:
+    """One rank's record from its last dump (``threads``, ``error``) and what the samples of the window saw
+    (``watched``, from :func:`_watch`; None with --interval 0): it is advancing when it moved within the window's last
+    --interval seconds (at least 1 s): its main thread's stack differed from the sample before, or its main thread
+    woke while its process read or wrote (``checks/hang/procs.py`` :func:`moved`)."""
+    from dsdoctor.checks.hang.stacks import main_thread, position
 
     main = main_thread(threads or [])
-    seen = [s for s in earlier if s is not None] + ([signature(main["frames"])] if main else [])
-    later = seen[min(len(seen) // 2, max(0, len(seen) - 2)):]
-    moved = progress(counters or [])
-    advancing = None if len(seen) < 2 and moved is None else \
-        len(set(later)) > 1 or bool(moved and moved["moving"])
+    watched = watched or {}
     return {"host": host, "pid": rank.pid, "rank": rank.rank, "local_rank": rank.local_rank,
             "world_size": rank.world_size, "local_world_size": rank.local_world_size, "cmdline": rank.cmdline,
             "job": list(rank.job), "proc": proc, "gpu": gpu, "error": error,
             "position": position(main["frames"]) if main else {"state": "unknown"},
-            "samples": len(seen), "advancing": advancing, "stack_changed": len(set(later)) > 1,
-            "activity": moved, "threads": threads, "workers": []}
+            "samples": watched.get("samples", 1), "advancing": watched.get("advancing"),
+            "stack_changed": watched.get("stack_changed"), "activity": watched.get("activity"),
+            "threads": threads, "workers": []}
 
 
-def snapshot_node(pids: list[int] | None, interval: float, timeout: float, native: bool) -> tuple[list, dict]:
+def _watch(pids: list[int], interval: float, wait: float, native: bool, timeout: float) -> dict[int, dict]:
+    """Sample every rank (its stack with py-spy, its /proc counters) every :data:`SAMPLE_EVERY` seconds for at least
+    ``interval`` seconds, and on until every rank has moved within the last ``interval`` seconds or ``wait`` seconds
+    have passed: a step longer than --interval (a large matmul, a rank that evaluates while the others wait) is seen
+    to end, and a hang costs the whole ``wait``. Per pid: ``{"samples", "advancing", "stack_changed", "activity":
+    {"wakeups", "syscalls", "seconds", "moving"}, "last_moved_s": seconds before the end, "window_s"}``."""
+    from dsdoctor.checks.hang.procs import activity, moved
+    from dsdoctor.checks.hang.stacks import main_thread, py_spy, signature
+
+    readable = bool(py_spy())
+    start = time.monotonic()
+    recent = max(interval, 1.0)
+    last_sig: dict[int, object] = {}
+    first = {pid: activity(pid) for pid in pids}
+    reading = dict(first)
+    last_moved: dict[int, float | None] = {pid: None for pid in pids}
+    by: dict[int, set] = {pid: set() for pid in pids}
+    samples = {pid: 0 for pid in pids}
+    while True:
+        dumps = _snapshot(pids, native, timeout) if readable else {}
+        now = time.monotonic()
+        for pid in pids:
+            if pid in dumps:
+                main = main_thread(dumps[pid][0] or [])
+                sig = signature(main["frames"]) if main else None
+                if sig is not None:
+                    samples[pid] += 1
+                    if last_sig.get(pid) is not None and sig != last_sig[pid]:
+                        last_moved[pid], _ = now, by[pid].add("stack")
+                    last_sig[pid] = sig
+            after = activity(pid)
+            if moved(reading[pid], after):
+                last_moved[pid], _ = now, by[pid].add("io")
+            reading[pid] = after if after is not None else reading[pid]
+        elapsed = now - start
+        if elapsed >= max(interval, wait) or (elapsed >= interval and all(
+                t is not None and now - t <= recent for t in last_moved.values())):
+            break
+        time.sleep(min(SAMPLE_EVERY, max(0.0, start + max(interval, wait) - now)))
+    end = time.monotonic()
+    out = {}
+    for pid in pids:
+        a, b = first[pid], reading[pid]
+        totals = None if not (isinstance(a, dict) and isinstance(b, dict)) else {
+            "wakeups": b["wakeups"] - a["wakeups"], "syscalls": b["syscalls"] - a["syscalls"],
+            "seconds": round(b["at"] - a["at"], 2), "moving": "io" in by[pid]}
+        t = last_moved[pid]
+        out[pid] = {"samples": samples[pid], "advancing": t is not None and end - t <= recent + SAMPLE_EVERY * 2,
+                    "stack_changed": "stack" in by[pid], "activity": totals,
+                    "last_moved_s": None if t is None else round(end - t, 2), "window_s": round(end - start, 2)}
+    return out
+
+
+def snapshot_node(pids: list[int] | None, interval: float, timeout: float, native: bool,
+                  wait: float = 8.0) -> tuple[list, dict]:
     """This node's rank records and node record (``checks/hang/verdict.py`` describes both).
 
     Raises:
         DsdoctorError: not Linux, no rank found, a PID that is no rank, or ranks of several jobs without --pid.
     """
-    from dsdoctor.checks.hang.procs import activity, find_ranks, jobs, launcher_of, oom_kills, proc_state
-    from dsdoctor.checks.hang.stacks import dump, main_thread, own_frame, py_spy, signature, where
+    from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state
+    from dsdoctor.checks.hang.stacks import dump, main_thread, own_frame, where
 
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
         raise DsdoctorError("dsdoctor hang reads the ranks' processes through /proc: it runs on Linux only")
@@ -171,25 +222,9 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     host = socket.gethostname()
     launcher = launcher_of(ranks)
     pids_now = [r.pid for r in ranks]
-    # samples every SAMPLE_EVERY seconds over the interval: a rank whose main thread is anywhere else in any of them
-    # is advancing (a training step spends most of its time at a few lines; one pair of samples can land on the same)
-    earlier: dict[int, list] = {pid: [] for pid in pids_now}
-    counters: dict[int, list] = {pid: [activity(pid)] for pid in pids_now}
     cpu_before = {pid: proc_state(pid).get("cpu_seconds") for pid in pids_now}
     started_at = time.monotonic()
-    if interval and py_spy():
-        end = time.monotonic() + interval
-        while True:
-            for pid, (threads, _) in _snapshot(pids_now, native, timeout).items():
-                main = main_thread(threads or [])
-                earlier[pid].append(signature(main["frames"]) if main else None)
-                counters[pid].append(activity(pid))
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            time.sleep(min(SAMPLE_EVERY, left))
-    elif interval:  # no py-spy: /proc's counters still tell a working rank from a blocked one
-        time.sleep(interval)
+    watched = _watch(pids_now, interval, wait, native, timeout) if interval else {}
     second = _snapshot(pids_now, native, timeout)
     elapsed = time.monotonic() - started_at
     gpus = _gpus()
@@ -197,12 +232,15 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     for rank in ranks:
         threads, error = second[rank.pid]
         proc = proc_state(rank.pid)
-        record = _record(rank, threads, error, earlier[rank.pid], proc, gpus.get(rank.pid), host,
-                         counters[rank.pid] + [activity(rank.pid)] if interval else [])
-        # busy: its CPU time grew by half the time looked at or more (a long step at one line; a spinning wait)
+        record = _record(rank, threads, error, proc, gpus.get(rank.pid), host, watched.get(rank.pid))
+        if watched:
+            record["window_s"] = watched[rank.pid]["window_s"]
+            record["last_moved_s"] = watched[rank.pid]["last_moved_s"]
+        # busy: its CPU time grew by BUSY_SHARE of the time looked at or more (a long step at one line; a spinning
+        # wait); ranks that share few cores get a share of one each
         before, after = cpu_before.get(rank.pid), proc.get("cpu_seconds")
         record["busy"] = None if before is None or after is None or elapsed < 0.5 else \
-            (after - before) >= 0.5 * elapsed
+            (after - before) >= BUSY_SHARE * elapsed
         records.append(record)
     for record, rank in zip(records, ranks):
         if record["position"]["state"] == "dataloader":  # what its workers wait on is the cause
@@ -348,6 +386,8 @@ def _kill(records: list[dict], launcher: dict | None, grace: float = 10.0) -> li
     for _, p in procs:
         try:
             p.terminate()
+            if p.status() == psutil.STATUS_STOPPED:  # a stopped process acts on SIGTERM only once continued
+                p.resume()
         except psutil.Error:
             pass
     _, alive = psutil.wait_procs([p for _, p in procs], timeout=grace)
@@ -381,7 +421,7 @@ def _table(records: list[dict]) -> list[list[str]]:
 
 
 def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: float = 10.0, native: bool = False,
-                merge: tuple[str, ...] = (), kill: bool = False) -> Report:
+                merge: tuple[str, ...] = (), kill: bool = False, wait: float = 8.0) -> Report:
     """The hang report: findings (HANG9xx), a table of the ranks, and ``result`` = ``{"nodes", "ranks", "interval_s",
     "seconds", "killed"}`` (``ranks`` and ``nodes`` as ``checks/hang/verdict.py`` describes them; ``--merge`` reads
     them back).
@@ -397,7 +437,7 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
             raise DsdoctorError("--merge joins snapshots already taken: give it without --pid and --kill")
         records, nodes, interval = _load(merge)
     else:
-        records, node = snapshot_node(list(pids), interval, timeout, native)
+        records, node = snapshot_node(list(pids), interval, timeout, native, wait)
         nodes = [node]
     findings = diagnose(records, nodes, interval)
     killed = []
@@ -405,10 +445,24 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
         from dsdoctor.checks.hang.verdict import spans
 
         moving = [r for r in records if r.get("advancing")]
-        if moving:
+        busy = [r for r in records if r.get("busy") and not r.get("advancing")]
+        if not interval:
+            killed = ["nothing stopped: one snapshot (--interval 0) cannot tell a stuck job from a slow step; run "
+                      "`dsdoctor hang --kill` without it"]
+        elif moving and len(moving) == len(records):
             killed = [f"nothing stopped: {spans([r.get('rank') for r in moving]) or 'a rank'} advanced during the "
                       "snapshot (its stack changed, or it kept waking and reading or writing): the job is not stuck; "
                       "stop it yourself if you mean to"]
+        elif moving:
+            who = spans([r.get("rank") for r in moving]) or "a rank"
+            killed = [f"nothing stopped: {who} {'is' if len(moving) == 1 else 'are'} still working (the stack "
+                      "changes, or it keeps reading and writing) while the others wait: a long step and an endless "
+                      "loop look alike; run again with a longer --wait, or stop the job yourself (`kill PID`) if you "
+                      "are sure"]
+        elif busy:
+            killed = [f"nothing stopped: {spans([r.get('rank') for r in busy]) or 'a rank'} kept computing (its CPU "
+                      "time grew) at one line: a step longer than the snapshot and an endless loop look alike; run "
+                      "again with a longer --wait, or stop the job yourself (`kill PID`) if you are sure"]
         elif not any(f.severity == "error" for f in findings):
             killed = ["nothing stopped: no finding says the job is stuck (a slow collective or a long step is a "
                       "warning); take another snapshot, or stop the job yourself if you mean to"]
@@ -436,6 +490,9 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
 @click.option("--interval", type=FiniteFloat(min=0, max=600), default=2.0, show_default=True,
               help="Seconds over which every rank's stack is sampled (every 0.2 s) to tell a stuck rank from an "
                    "advancing one (0: one snapshot).")
+@click.option("--wait", type=FiniteFloat(min=0, max=3600), default=8.0, show_default=True,
+              help="The longest the sampling goes on, in seconds from its start, while a rank has not moved (a step "
+                   "longer than --interval ends within it; a hang costs all of it).")
 @click.option("--timeout", type=FiniteFloat(min=0.1, max=600, min_open=False), default=10.0, show_default=True,
               help="Seconds py-spy may take to read one rank.")
 @click.option("--native", is_flag=True, help="Add the C/C++ frames (NCCL, CUDA) to the stacks (py-spy --native).")
@@ -445,11 +502,11 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
 @click.option("--kill", is_flag=True, help="After the snapshot, stop the ranks (SIGTERM, then SIGKILL after 10 s) "
                                            "and print what was stopped.")
 @report_command(inputs=("snapshots",))
-def hang(pids, interval, timeout, native, merge, kill, snapshots) -> Report:
+def hang(pids, interval, wait, timeout, native, merge, kill, snapshots) -> Report:
     """Which rank of a hung job is stuck, where, and why (py-spy on every rank at once; never stops the job unless
     --kill). With --merge, the verdict of the snapshots given (`dsdoctor hang --merge a.json b.json`)."""
     if snapshots and not merge:
         raise DsdoctorError(f"{snapshots[0]}: snapshots are read with --merge (dsdoctor hang --merge a.json b.json)")
     if merge and not snapshots:
         raise DsdoctorError("--merge: give the snapshots to join (dsdoctor hang --merge a.json b.json)")
-    return hang_report(tuple(pids), interval, timeout, native, tuple(snapshots), kill)
+    return hang_report(tuple(pids), interval, timeout, native, tuple(snapshots), kill, wait)
