@@ -86,7 +86,7 @@ def guard_outputs(kwargs: dict, inputs: tuple[str, ...], outputs: tuple[str, ...
 
     ctx = click.get_current_context(silent=True)
     names = {p.name: (p.opts[0] if isinstance(p, click.Option) else
-                      (p.metavar or p.name.upper()).split("|")[0].split()[0].rstrip(".[]"))
+                      (p.metavar or p.name.upper()).split("|")[0].split()[0].strip(".[]"))
              for p in (ctx.command.params if ctx is not None else [])}
     given_in = [(names.get(n, n), v) for n in inputs
                 for v in (kwargs.get(n) if isinstance(kwargs.get(n), (list, tuple)) else [kwargs.get(n)])

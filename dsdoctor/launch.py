@@ -130,7 +130,7 @@ def hang_snapshot(launcher_pid: int) -> list:
         records, node = snapshot_node([launcher_pid], 0, 5.0, False)
     except (DsdoctorError, OSError, ImportError):
         return []
-    return diagnose(records, [node], 0)
+    return diagnose(records, [node], None)  # a timeout said it hung: no motion to measure
 
 
 def launcher_command(launcher: str, nproc: int, master_port: int, script: Path, script_args: list[str]) -> list[str]:

@@ -19,6 +19,8 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
 - ``advance``: steps go on, each 0.1 s in ``load`` and 0.1 s in ``compute``, until WORKDIR/release exists.
 - ``straggler``: steps go on; after each all_reduce ``odd`` computes for 2.5 s (a Python loop burning CPU) while the
   others wait for it in the next all_reduce, until WORKDIR/release exists: healthy, with steps longer than --interval.
+- ``nap``: steps go on, each an all_reduce and then one 12 s ``time.sleep`` on every rank, until WORKDIR/release
+  exists: healthy, with every rank asleep longer than a snapshot.
 - ``steady``: steps go on, each an all_reduce and then 0.05 s in ``time.sleep`` on one line (a step that spends most
   of its time at one line: every sample of a rank may find it there), until WORKDIR/release exists.
 """
@@ -122,6 +124,10 @@ def main() -> None:
                 break
             load()
             compute()
+        elif mode == "nap":
+            if (workdir / "release").exists():
+                break
+            time.sleep(12)
         elif mode == "straggler":
             if (workdir / "release").exists():
                 break

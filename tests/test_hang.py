@@ -417,7 +417,7 @@ def test_kill_stops_the_ranks_only_after_the_snapshot_and_says_what_it_stopped(j
     assert code == 1, result.output
     assert data["findings"][0]["id"] == "HANG901"  # the snapshot first
     killed = data["result"]["killed"]
-    assert killed[0].startswith(f"the launcher (") and killed[0].endswith(f"(pid {j.proc.pid}): SIGTERM")
+    assert killed[0].startswith("the launcher (") and killed[0].endswith(f"(pid {j.proc.pid}): SIGTERM")
     assert sorted(killed[1:]) == sorted(f"rank {r} (pid {p}): SIGTERM" for r, p in enumerate(pids))
     j.proc.wait(30)
     assert not any(_alive(p) for p in pids)
@@ -651,3 +651,41 @@ def test_a_straggler_whose_step_is_longer_than_the_interval_is_not_a_hang(tmp_pa
         assert j.release() == 0
     finally:
         j.stop()
+
+
+@pytest.mark.slow
+def test_ranks_in_one_long_sleep_are_inconclusive_and_not_killed_and_one_snapshot_is_a_warning(tmp_path):
+    """A new user's healthy job whose every rank sleeps 12-30 s per step was HANG907 'each is blocked', an error, and
+    --kill stopped it. A rank in one timed sleep (/proc's wchan, and its main thread never woke: a polling loop wakes)
+    may be a long step or a stuck retry: a warning, never killed. One snapshot (--interval 0) measures no motion: its
+    verdicts are warnings."""
+    j = Job("nap", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(j.steps(r) >= 1 for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the first 12 s nap
+        code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "3", "--kill")
+        assert code == 0, result.output
+        (finding,) = data["findings"]
+        assert finding["id"] == "HANG907" and finding["severity"] == "warning"
+        assert "every rank sleeps (time.sleep)" in finding["title"]
+        assert data["result"]["killed"][0].startswith("nothing stopped: ranks 0-1 sleep on a timer")
+        assert j.proc.poll() is None
+        code, data, _ = hang("--pid", str(j.proc.pid), "--interval", "0")
+        assert code == 0 and all(f["severity"] != "error" for f in data["findings"])
+        assert j.release(timeout=60) == 0
+    finally:
+        j.stop()
+
+
+def test_one_snapshot_names_positions_as_warnings_and_a_window_as_errors():
+    """--interval 0 says where the ranks are, not whether they move: a new user's healthy job was called hung (an
+    error) by one snapshot in 1 of 3 calls. Over a window where no rank moved, the same positions are an error."""
+    from dsdoctor.checks.hang.verdict import diagnose
+
+    records = [_record(0, "collective"), _record(1, "elsewhere")]
+    (one,) = diagnose(records, [{"host": "node-a", "gone": []}], 0)
+    assert one.id == "HANG901" and one.severity == "warning" and "one snapshot, --interval 0" in one.title
+    (window,) = diagnose(records, [{"host": "node-a", "gone": []}], 2.0)
+    assert window.id == "HANG901" and window.severity == "error" and "one snapshot" not in window.title

@@ -56,13 +56,18 @@ def py_spy() -> str | None:
     return None
 
 
-def dump(pid: int, *, native: bool = False, timeout: float = 10.0) -> tuple[list[dict] | None, str | None]:
+def dump(pid: int, *, native: bool = False, timeout: float = 10.0,
+         nonblocking: bool = False) -> tuple[list[dict] | None, str | None]:
     """Every thread's frames of process ``pid``: ``(threads, None)``, or ``(None, why not)``: py-spy missing,
-    ptrace refused (``"ptrace refused: ..."``), the process gone, a timeout. Never raises."""
+    ptrace refused (``"ptrace refused: ..."``), the process gone, a timeout. Never raises. ``nonblocking``: read
+    without pausing the process (``py-spy dump --nonblocking``; a frame may be torn now and then): the samples that
+    only compare positions, so that reading them does not wake the rank's threads, which /proc's counters would
+    count."""
     exe = py_spy()
     if exe is None:
         return None, "py-spy is not installed (pip install py-spy)"
-    command = [exe, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
+    command = [exe, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else []) + \
+        (["--nonblocking"] if nonblocking and not native else [])
     try:
         out = subprocess.run(command, capture_output=True, text=True, timeout=timeout, errors="replace")
     except subprocess.TimeoutExpired:

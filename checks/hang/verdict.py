@@ -61,6 +61,22 @@ def _motion(record: dict) -> str:
     return "" if advancing is None else " (standing still)"
 
 
+#: the kernel functions a thread sleeps in for a timed sleep (Python's time.sleep: clock_nanosleep(2)), as
+#: /proc/PID/wchan names them across kernels
+NANOSLEEP = ("hrtimer_nanosleep", "do_nanosleep", "clock_nanosleep", "__x64_sys_clock_nanosleep",
+             "__x64_sys_nanosleep", "common_nsleep")
+
+
+def asleep(record: dict) -> bool:
+    """Whether the rank is in one long timed sleep: its process sleeps on a timer now (``time.sleep``; /proc's wchan)
+    and its main thread did not wake during the window (a loop that polls a lock file with short sleeps wakes many
+    times: that is a wait that does not end, not a sleep). One long sleep may be a step longer than the snapshot or a
+    stuck retry: no snapshot of seconds tells them apart."""
+    proc = record.get("proc")
+    activity = record.get("activity") if isinstance(record.get("activity"), dict) else {}
+    return isinstance(proc, dict) and proc.get("wchan") in NANOSLEEP and (activity.get("wakeups") or 0) <= 1
+
+
 def _status(record: dict) -> str | None:
     proc = record.get("proc")
     return proc.get("status") if isinstance(proc, dict) else None
@@ -124,7 +140,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
             loader = group[0]["position"]["state"] == "dataloader"
             # a rank that computes (its stack moves, or it burns CPU) may be a long step: a straggler, or an endless
             # loop; no snapshot of a few seconds tells them apart (inconclusive: a warning)
-            working = interval and all(r.get("advancing") or r.get("busy") for r in group)
+            working = interval and all(r.get("advancing") or r.get("busy") or asleep(r) for r in group)
             window = max((r.get("window_s") or 0 for r in ranks), default=0)
             findings.append(HANG901.finding(
                 f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
@@ -137,7 +153,9 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                  "give every rank the same work between collectives.") if working else None,
                 title=f"{_who(group)} {_verb(group, 'has', 'have')} not reached {' / '.join(ops)}: "
                       f"{'it is' if len(group) == 1 else 'they are'} at {place}"
-                      + (" and still working (inconclusive: a long step or an endless loop)" if working else "")))
+                      + ((" and sleeping on a timer (inconclusive: a long sleep or a stuck retry)"
+                          if all(asleep(r) for r in group) else
+                          " and still working (inconclusive: a long step or an endless loop)") if working else "")))
     if collective and len(_groups(collective)) > 1:
         findings.append(HANG902.finding(waiting))
     if readable and not collective:
@@ -149,13 +167,20 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
         else:
             sites = "; ".join(f"{_who(group)} at {place}" + (_motion(group[0]) if len(group) == 1 else "")
                               for place, group in _groups(readable).items())
-            blocked = interval and all(r.get("advancing") is False and not r.get("busy") for r in readable)
+            sleeping = all(asleep(r) for r in readable)
+            blocked = interval and not sleeping and all(r.get("advancing") is False and not r.get("busy")
+                                                        for r in readable)
             busy = all(r.get("busy") for r in readable)
             findings.append(HANG907.finding(
                 sites, severity="error" if blocked else None,
                 title="no rank is in a collective, and no rank moves: each is blocked where the evidence says"
-                if blocked else "no rank is in a collective; every rank is busy at one line (a long step, or a wait "
-                "that spins)" if busy else None))
+                if blocked else "no rank is in a collective; every rank sleeps (time.sleep) at the lines in the "
+                "evidence: a sleep longer than the snapshot, or a retry loop (inconclusive)" if sleeping else
+                "no rank is in a collective; every rank is busy at one line (a long step, or a wait that spins)"
+                if busy else None,
+                fix="Run `dsdoctor hang --wait S` with S longer than the sleep: a job that sleeps on purpose moves "
+                    "after it; a retry loop (a download, a lock file, a server that does not answer) stays: fix what "
+                    "it waits for." if sleeping else None))
     if collective and not others and len(_groups(collective)) == 1 and not gone and not stopped and not exited:
         world = max((r.get("world_size") for r in ranks if isinstance(r.get("world_size"), int)), default=0)
         present = {r.get("rank") for r in ranks}
@@ -176,6 +201,11 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                     "a slow collective, still working" if moving else "it is slow or stuck in its transport"),
                 fix="Run `dsdoctor hang` again with a longer --interval (a slow collective advances); `dsdoctor nccl` "
                     "tests the transport; rerun with `NCCL_DEBUG=INFO`."))
+    if interval == 0:  # --interval 0, one snapshot: where the ranks are, not whether they move
+        findings = [f if f.severity != "error" or f.id in ("HANG903", "HANG909") else
+                    type(f)(**{**f.to_dict(), "severity": "warning",
+                               "title": f"{f.title} (one snapshot, --interval 0: whether the ranks move was not "
+                                        "measured)"}) for f in findings]
     recorded = flight(ranks)
     if recorded is not None:
         behind, mismatched, text = recorded

@@ -475,7 +475,7 @@ def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
             records.append(record)
         record["flight_recorder"] = {"on": True, "groups": groups}
     result["hang"] = [{k: r[k] for k in ("pid", "rank", "position", "flight_recorder")} for r in records]
-    return diagnose(records, [{"host": None, "gone": []}], 0)
+    return diagnose(records, [{"host": None, "gone": []}], None)  # the log says it hung: no motion to measure
 
 
 def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:

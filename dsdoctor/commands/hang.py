@@ -30,14 +30,15 @@ SAMPLE_EVERY = 0.2
 BUSY_SHARE = 0.3
 
 
-def _snapshot(pids: list[int], native: bool, timeout: float) -> dict[int, tuple]:
+def _snapshot(pids: list[int], native: bool, timeout: float, nonblocking: bool = False) -> dict[int, tuple]:
     """Every pid's py-spy dump, all at once (one thread per rank, so that N ranks take one dump's time)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dsdoctor.checks.hang.stacks import dump
 
     with ThreadPoolExecutor(max_workers=max(1, min(64, len(pids)))) as pool:
-        return dict(zip(pids, pool.map(lambda p: dump(p, native=native, timeout=timeout), pids)))
+        return dict(zip(pids, pool.map(lambda p: dump(p, native=native, timeout=timeout, nonblocking=nonblocking),
+                                       pids)))
 
 
 def _gpus() -> dict[int, dict]:
@@ -153,7 +154,7 @@ def _watch(pids: list[int], interval: float, wait: float, native: bool, timeout:
     by: dict[int, set] = {pid: set() for pid in pids}
     samples = {pid: 0 for pid in pids}
     while True:
-        dumps = _snapshot(pids, native, timeout) if readable else {}
+        dumps = _snapshot(pids, False, timeout, nonblocking=True) if readable else {}
         now = time.monotonic()
         for pid in pids:
             if pid in dumps:
@@ -444,21 +445,29 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
     if kill:
         from dsdoctor.checks.hang.verdict import spans
 
+        from dsdoctor.checks.hang.verdict import asleep
+
         moving = [r for r in records if r.get("advancing")]
         busy = [r for r in records if r.get("busy") and not r.get("advancing")]
+        sleeping = [r for r in records if asleep(r) and r.get("position", {}).get("state") != "collective"]
         if not interval:
             killed = ["nothing stopped: one snapshot (--interval 0) cannot tell a stuck job from a slow step; run "
                       "`dsdoctor hang --kill` without it"]
         elif moving and len(moving) == len(records):
             killed = [f"nothing stopped: {spans([r.get('rank') for r in moving]) or 'a rank'} advanced during the "
-                      "snapshot (its stack changed, or it kept waking and reading or writing): the job is not stuck; "
+                      "snapshot (a stack changed, or a rank kept waking and reading or writing): the job is not stuck; "
                       "stop it yourself if you mean to"]
         elif moving:
             who = spans([r.get("rank") for r in moving]) or "a rank"
-            killed = [f"nothing stopped: {who} {'is' if len(moving) == 1 else 'are'} still working (the stack "
-                      "changes, or it keeps reading and writing) while the others wait: a long step and an endless "
+            killed = [f"nothing stopped: {who} {'is' if len(moving) == 1 else 'are'} still working (a stack that "
+                      "changes, CPU burnt, or reads and writes) while the others wait: a long step and an endless "
                       "loop look alike; run again with a longer --wait, or stop the job yourself (`kill PID`) if you "
                       "are sure"]
+        elif sleeping:
+            killed = [f"nothing stopped: {spans([r.get('rank') for r in sleeping]) or 'a rank'} "
+                      f"{'sleeps' if len(sleeping) == 1 else 'sleep'} on a timer (time.sleep): a sleep longer than the "
+                      "snapshot and a retry loop that never ends look alike; run again with a longer --wait, or stop "
+                      "the job yourself (`kill PID`) if you are sure"]
         elif busy:
             killed = [f"nothing stopped: {spans([r.get('rank') for r in busy]) or 'a rank'} kept computing (its CPU "
                       "time grew) at one line: a step longer than the snapshot and an endless loop look alike; run "
