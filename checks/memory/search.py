@@ -100,6 +100,8 @@ def _describe(current, changed) -> tuple[str, dict]:
         parts.append("gradient checkpointing " + ("on" if changed.grad_ckpt else "off"))
     if changed.micro_batch != current.micro_batch:
         parts.append(f"micro batch {changed.micro_batch} x gradient_accumulation_steps {changed.grad_accum}")
+    if changed.launch != current.launch:  # MEM509's fix: a line of the loop, no ds_config change
+        parts.append("keep only the loss in the loop (`loss = engine(**batch).loss`)")
     zero: dict = {"stage": changed.zero_stage}
     if changed.offload_optimizer != "none":
         zero["offload_optimizer"] = {"device": changed.offload_optimizer}
@@ -159,6 +161,10 @@ def search(setup, gpu_bytes: int, rates, limit: int = 8, cache: dict | None = No
                 (setup.zero_stage, setup.offload_optimizer, setup.offload_param, setup.grad_ckpt, setup.micro_batch):
             continue  # the current setup itself is not a change
         rows.append(best)
+    if setup.launch == "engine":  # the loop that keeps the logits: dropping them (MEM509) trains the same way
+        lean = replace(setup, launch="engine-loss")
+        if total(lean) <= gpu_bytes and host_ok(lean):
+            rows.append(lean)
 
     def row(s) -> dict:
         times = step_time(s, rates)
