@@ -145,6 +145,7 @@ def network_findings(net: dict, euid: int | None = None, gpus: list | None = Non
     if ifname:
         out.extend(_ifname_findings(ifname, net.get("interfaces") or []))
     out.extend(interface_findings(net))
+    out.extend(bridge_findings(net))
     if (net.get("NCCL_DEBUG") or "").upper() in ("INFO", "TRACE"):
         out.append(NET403.finding(f"NCCL_DEBUG={net['NCCL_DEBUG']}"))
     consumer = any(re.search(r"RTX 40\d\d", g.get("name", "")) for g in gpus)
@@ -379,6 +380,43 @@ NET415 = rule(
     fix="torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before deepspeed.init_distributed() / "
         "init_process_group, and move the model to that device; give CUDA_VISIBLE_DEVICES each GPU once.",
     source="NCCL src/init.cc (Duplicate GPU detected); torch/distributed/distributed_c10d.py")
+
+
+NET416 = rule(
+    "NET416", "warning", "NCCL's socket transport would also use container or VM bridges",
+    what="NCCL_SOCKET_IFNAME is unset, and besides the interface that reaches the other nodes this host has bridge "
+         "or virtual interfaces (br-*, veth*, virbr*, cni*, flannel*, cali*, vxlan*) that NCCL's default (every "
+         "interface but docker* and lo) takes too.",
+    why="NCCL's socket transport opens its connections over every interface it selected; the other nodes cannot "
+        "reach a Docker or Kubernetes bridge's private address, so the first inter-node collective hangs until the "
+        "watchdog's timeout, or fails with 'unhandled system error' / 'Connection refused'. NCCL's INFO line "
+        "'NET/Socket : Using [0]bond0:... [1]br-...' shows it.",
+    fix="export NCCL_SOCKET_IFNAME=<the interface that reaches the other nodes> (and GLOO_SOCKET_IFNAME) on every "
+        "node, or exclude the bridges: NCCL_SOCKET_IFNAME=^docker,lo,br-,veth,virbr.",
+    source="NVIDIA/nccl src/misc/socket.cc ncclFindInterfaces (the default '^docker,lo'), src/transport/net_socket.cc "
+           "(NET/Socket : Using ...); NVIDIA/nccl issue 697")
+
+#: interface names of bridges and virtual links that hosts of containers and VMs create (NCCL's default excludes only
+#: docker* and lo)
+VIRTUAL_IF = re.compile(r"^(?:br-|veth|virbr|cni|flannel|cali|vxlan|kube-|tun|tap|lxcbr|lxdbr)")
+
+
+def bridge_findings(net: dict) -> list[Finding]:
+    """NET416 from ``dsdoctor env``'s network facts: NCCL_SOCKET_IFNAME unset, MASTER_ADDR another host (a
+    multi-node run: ``route_to_master``), and the interfaces NCCL would use (:func:`nccl_interfaces`) include
+    bridges (:data:`VIRTUAL_IF`) beside the one the route to the master leaves through."""
+    route = net.get("route_to_master")
+    if net.get("NCCL_SOCKET_IFNAME") or not route or route[0] == "lo":
+        return []
+    chosen = nccl_interfaces(net.get("addresses") or [])
+    bridges = [name for name in chosen if VIRTUAL_IF.match(name) and name != route[0]]
+    if not bridges:
+        return []
+    return [NET416.finding(f"NCCL would use {', '.join(chosen[:8])}{'...' if len(chosen) > 8 else ''}; the route to "
+                           f"MASTER_ADDR={net.get('MASTER_ADDR')} leaves through {route[0]}; bridges among them: "
+                           f"{', '.join(bridges[:6])}",
+                           fix=f"export NCCL_SOCKET_IFNAME={route[0]} GLOO_SOCKET_IFNAME={route[0]} on every node (each "
+                               f"node's own interface name on that network)")]
 
 
 def link_between(gpus: list[dict], ib_bits_per_s: float = 0.0, nic_bits_per_s: float = 0.0,

@@ -1147,3 +1147,28 @@ def test_env_names_a_deepspeed_launcher_not_on_path():
     assert not [f for f in diagnose(facts, env={}, live=False) if f.id == "ENV334"]
     findings, _ = explain("finetune/finetune_visualglm.sh: line 56: deepspeed: command not found\n")
     assert findings[0].id == "ENV334" and "python -m deepspeed.launcher.runner" in findings[0].fix
+
+
+def test_nccl_socket_transport_over_container_bridges_is_named():
+    """NVIDIA/nccl #697 (cases/threads/l-03): NCCL's 'NET/Socket : Using' list held Docker bridges besides bond0,
+    which the other node cannot reach; the fix is NCCL_SOCKET_IFNAME=bond0. Pasted as one line or one interface per
+    line; a list without bridges is no finding. `env` names it before launch (NET416)."""
+    one_line = ("host1:1234:1234 [0] NCCL INFO NET/Socket : Using [0]bond0:10.0.0.1<0> [1]br-05ab815fa14e:172.18.0.1<0> "
+                "[2]veth6163fba:fe80::1%veth6163fba<0>\n")
+    findings, _ = explain(one_line)
+    assert findings[0].id == "NET416" and "bridges among them: br-05ab815fa14e, veth6163fba" in findings[0].evidence
+    assert findings[0].fix.startswith("export NCCL_SOCKET_IFNAME=bond0")
+    findings, _ = explain("INFO NET/Socket : Using\n[0]bond0:10.0.0.1<0>\n[1]br-d5d80d7dbbad:10.0.0.3<0>\n")
+    assert findings[0].id == "NET416" and "2 interfaces: bond0, br-d5d80d7dbbad" in findings[0].evidence
+    findings, _ = explain("host1:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]ib0:10.1.0.1<0>\n")
+    assert all(f.id != "NET416" for f in findings)
+    from dsdoctor.checks.network import bridge_findings
+
+    net = {"MASTER_ADDR": "10.0.0.9", "route_to_master": ["bond0", "10.0.0.1"],
+           "addresses": [["lo", "127.0.0.1"], ["bond0", "10.0.0.1"], ["docker0", "172.17.0.1"],
+                         ["br-05ab815fa14e", "172.18.0.1"]]}
+    (found,) = bridge_findings(net)
+    assert found.id == "NET416" and "br-05ab815fa14e" in found.evidence and "docker0" not in found.evidence
+    assert "NCCL_SOCKET_IFNAME=bond0" in found.fix
+    assert not bridge_findings({**net, "NCCL_SOCKET_IFNAME": "bond0"})
+    assert not bridge_findings({**net, "route_to_master": ["lo", "127.0.0.1"]})  # one node: no other node to reach

@@ -430,6 +430,34 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
     return _where(match) + match.line.text.strip()[:300], ""
 
 
+#: one interface of NCCL's "NET/Socket : Using [0]bond0:10.0.0.1<0> [1]br-05ab:172.18.0.1<0>" list
+NCCL_IF = re.compile(r"\[(\d{1,2})\]([\w.:-]{1,40}?):[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>")
+#: bridges and virtual links of container and VM hosts (checks/network.py VIRTUAL_IF)
+BRIDGE_IF = r"(?:br-|veth|virbr|cni|flannel|cali|vxlan|kube-|lxcbr|lxdbr)"
+
+
+def _bridges(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """NET416 from NCCL's socket transport list: the interfaces on the 'NET/Socket : Using' line and the lines after
+    it that continue the list (a paste puts one interface per line), the bridges among them, and the first other one
+    as the fix's NCCL_SOCKET_IFNAME."""
+    start = match.line_index
+    while start > 0 and "NET/Socket" not in lines[start].text and NCCL_IF.match(lines[start].text.strip()):
+        start -= 1
+    found = []
+    for line in lines[start:start + 40]:
+        items = NCCL_IF.findall(line.text)
+        if not items and found:
+            break
+        found += [name for _, name in items]
+    bridges = [n for n in found if re.match(BRIDGE_IF, n)]
+    real = next((n for n in found if not re.match(BRIDGE_IF, n) and not n.startswith(("lo", "docker"))), None)
+    evidence = (_where(match) + f"NCCL's socket transport uses {len(found)} interfaces: {', '.join(found[:6])}"
+                + ("..." if len(found) > 6 else "") + f"; bridges among them: {', '.join(bridges[:6])}")
+    fix = (f"export NCCL_SOCKET_IFNAME={real} (the interface that reaches the other nodes; GLOO_SOCKET_IFNAME too) on "
+           f"every node." if real else "")
+    return evidence, fix
+
+
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
     """A rank that ended with no error of its own in the log: its exit code, or the signal that killed it (a
     negative code: -11 is SIGSEGV, a crash in native code)."""
@@ -612,6 +640,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL WARN[^\n]{0,200}?(?:posix_fallocate failed|failed to extend /dev/shm|/dev/shm[^\n]{0,200}?(?:No space|"
          r"failed)|[Uu]nable to allocate shared memory|shm_open[^\n]{0,100}?failed)|Error while creating shared "
          r"memory segment /dev/shm", _first_line, "dsdoctor env", caught_note="(the /dev/shm size)"),
+    _sig("nccl-socket-bridges", "NET416", ("NET/Socket", "br-", "veth", "virbr", "cni", "flannel", "cali"),
+         r"NET/Socket : Using[^\n]{0,2000}?\[\d{1,2}\]" + BRIDGE_IF + r"|^\s{0,8}\[\d{1,2}\]" + BRIDGE_IF +
+         r"[\w.-]{0,40}:[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>", _bridges, "dsdoctor env",
+         caught_note="(on each node, with MASTER_ADDR set: the interfaces NCCL would use)"),
     _sig("nccl-duplicate-gpu", "NET415", "Duplicate GPU detected",
          r"Duplicate GPU detected : rank (?P<a>\d{1,6}) and rank (?P<b>\d{1,6}) both on CUDA device (?P<dev>\w{1,20})",
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
