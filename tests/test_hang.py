@@ -209,7 +209,10 @@ def test_the_flight_recorder_names_the_late_rank_when_the_stacks_cannot(job, tmp
     assert first["id"] == "HANG901", data["findings"]
     assert first["title"] == "rank 2 has not reached the collective the others enqueued (Flight Recorder)"
     assert first["evidence"].startswith("default_pg: ranks 0-1 last enqueued all_reduce #3; rank 2 last enqueued "
-                                        "all_reduce #2; rank 2 is at wait_for_release at hang_job.py:")
+                                        "all_reduce #2; torch's own analysis (torch.distributed.flight_recorder): "
+                                        "all_reduce #3 (0:default_pg): rank 2 missing, called from main at hang_job.py:")
+    assert "; rank 2 is at wait_for_release at hang_job.py:" in first["evidence"]
+    assert fr_analysis_of(data)["problems"][0]["missing_ranks"] == [2]
     assert "HANG907" not in [f["id"] for f in data["findings"]]
     fr = data["result"]["ranks"][0]["flight_recorder"]
     # #2 completed on every rank; gloo marks a record retired when its work object is released, which a dump taken
@@ -218,6 +221,11 @@ def test_the_flight_recorder_names_the_late_rank_when_the_stacks_cannot(job, tmp
     j.release()  # its exit status is not asserted: with the recorder on, gloo's teardown aborts now and then
     # ("terminate called without an active exception", 1 run in 3 with no snapshot taken either)
     assert [j.steps(r) for r in range(3)] == [6, 6, 6]
+
+
+def fr_analysis_of(data: dict) -> dict:
+    """torch's own Flight Recorder analysis as a snapshot's rank records carry it."""
+    return data["result"]["ranks"][0]["flight_recorder"]["torch_analysis"]
 
 
 def test_a_flight_recorder_dump_with_a_class_in_it_is_refused_not_run(tmp_path):

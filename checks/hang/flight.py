@@ -129,7 +129,8 @@ def summary(dump: dict) -> dict:
 
 def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float = 15.0) -> list[dict]:
     """What the Flight Recorder says of each rank, given as (its environment, its rank, when its process started in
-    seconds since the epoch): ``[{"on", "path", "triggered", "groups": summary or None, "error"}]``, in order. Every
+    seconds since the epoch): ``[{"on", "path", "triggered", "groups": summary or None, "error", "torch_analysis":
+    torch's own analysis of all the dumps read (:func:`torch_analysis`), the same in each}]``, in order. Every
     rank with a debug-info pipe is asked for a dump first, then the dumps are awaited together for up to ``wait_s``
     (on an H200, NCCL's heartbeat monitor wrote one 6 s after the request: it includes the C++ stacks). A dump older
     than its rank's process is a previous run's and not read."""
@@ -150,21 +151,94 @@ def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float =
         time.sleep(0.2)
     if any(i["triggered"] for i in out):
         time.sleep(0.3)  # a dump being written is complete a moment after it appears
-    for item, (_, _, started) in zip(out, ranks):
+    dumps: dict[int, dict] = {}
+    for item, (_, rank, started) in zip(out, ranks):
         if item["path"] is None:
             continue
         try:
             if started is not None and os.path.getmtime(item["path"]) < started:
                 item["error"] = "the dump there is older than the rank (a previous run's)"
                 continue
-            item["groups"] = summary(read_dump(item["path"]))
+            data = read_dump(item["path"])
+            item["groups"] = summary(data)
+            if rank is not None:
+                dumps[rank] = data
         except FileNotFoundError:
             item["error"] = ("no dump" + (f" {wait_s:g} s after asking through the pipe" if item["triggered"] else
                                           f" yet (NCCL writes one on a timeout with TORCH_NCCL_DUMP_ON_TIMEOUT=1, or on "
                                           f"demand through {PIPE_KEY})"))
         except (OSError, ValueError) as exc:
             item["error"] = str(exc)[:200]
+    analysis = torch_analysis(dumps) if dumps else None
+    for item in out:
+        item["torch_analysis"] = analysis
     return out
+
+
+def torch_analysis(dumps: dict[int, dict]) -> dict | None:
+    """PyTorch's own Flight Recorder analysis (``torch/distributed/flight_recorder``: ``fr_trace``'s ``build_db``,
+    which matches each collective across the ranks and names the ranks missing from it, or a mismatch of op, sizes
+    or dtypes) run on the dumps dsdoctor read itself as plain data (``read_dump``; torch's own loader unpickles any
+    class). ``dumps``: {rank: dump}. Gloo's dumps name their default group '' in ``pg_config`` and '0' in the
+    entries: the config is given the entries' name, as NCCL's dumps have it. Returns ``{"problems": [{"seq", "op",
+    "group", "missing_ranks", "mismatch", "called_from"}], "collectives": how many it matched}``, ``{"error": ...}``
+    when its analysis fails, ``{"skipped": why}`` for dumps that are not one job's, or None where the installed torch
+    has none."""
+    import contextlib
+    import logging
+
+    try:
+        # it warns 'tabulate is not installed' on import (logging's last resort: stderr)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            from torch.distributed.flight_recorder.components.builder import build_db
+            from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    except Exception:  # torch before 2.6, or no torch: nothing of torch's to run
+        return None
+    import ast
+
+    details = {}
+    for rank, data in sorted(dumps.items()):
+        config = data.get("pg_config") if isinstance(data.get("pg_config"), dict) else {}
+        for group in config.values():  # each group a dump lists holds its rank, or the dumps are not one job's
+            try:
+                members = ast.literal_eval(str(group.get("ranks"))) if isinstance(group, dict) else None
+            except (ValueError, SyntaxError):
+                members = None
+            if isinstance(members, (list, tuple)) and members and rank not in members:
+                return {"skipped": f"the dump of rank {rank} lists a group without it ({str(members)[:40]}): dumps "
+                                   "of different jobs, or files numbered otherwise than the ranks"}
+        names = {tuple(e["process_group"]) for e in data["entries"]
+                 if isinstance(e, dict) and isinstance(e.get("process_group"), (list, tuple))
+                 and len(e["process_group"]) == 2}
+        if list(config) == [""] and len(names) == 1 and isinstance(config[""], dict):
+            (name, desc), = names
+            config = {str(name): {**config[""], "name": str(name), "desc": str(desc)}}
+        details[f"rank{rank}"] = {"host_name": f"host_rank{rank}", "rank": rank, "entries": data["entries"],
+                                  "version": data.get("version"), "pg_config": config}
+    logger = logging.getLogger("Flight Recorder")
+    level, propagate = logger.level, logger.propagate
+    logger.setLevel(logging.CRITICAL)  # its own report goes to stdout/stderr: dsdoctor reports from the result
+    logger.propagate = False
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = JobConfig().parse_args(["--allow-incomplete-ranks", "."])
+            db = build_db(details, args, str(next(iter(details.values()))["version"]))
+    except (Exception, SystemExit) as exc:  # a dump format this torch's analysis does not know
+        return {"error": f"{type(exc).__name__}: {str(exc)[:160]}"}
+    finally:
+        logger.setLevel(level)
+        logger.propagate = propagate
+    problems = []
+    for c in db.collectives:
+        if c.missing_ranks or c.type_of_mismatch or not c.pass_check:
+            frames = [f for f in (c.collective_frames or []) if isinstance(f, dict)]
+            user = next((f for f in frames if "/torch/" not in str(f.get("filename"))), None)
+            problems.append({"seq": c.collective_seq_id, "op": str(c.collective_name).split(":")[-1],
+                             "group": str(c.pg_desc), "missing_ranks": sorted(c.missing_ranks or []),
+                             "mismatch": str(c.type_of_mismatch) if c.type_of_mismatch else None,
+                             "called_from": f"{user['name']} at {os.path.basename(str(user['filename']))}:"
+                                            f"{user['line']}" if user else None})
+    return {"problems": problems[:8], "collectives": len(db.collectives)}
 
 
 def valid_summary(item) -> bool:

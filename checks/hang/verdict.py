@@ -209,6 +209,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
     recorded = flight(ranks)
     if recorded is not None:
         behind, mismatched, text = recorded
+        text += _torch_analysis(ranks)
         named = {f.id for f in findings}
         if behind and not named & {"HANG901", "HANG903"}:
             # with NCCL (or an async collective) the ranks' stacks show the wait at a line of their own (HANG907):
@@ -261,6 +262,29 @@ def flight(ranks: list[dict]) -> tuple[list[dict], bool, str] | None:
             by_op.setdefault(f"{op['op']} #{op['seq']}", []).append(r)
         parts.append(f"{group}: " + "; ".join(f"{_who(rs)} last enqueued {label}" for label, rs in by_op.items()))
     return behind, mismatched, " | ".join(parts)
+
+
+def _torch_analysis(ranks: list[dict]) -> str:
+    """PyTorch's own analysis of the ranks' dumps (``checks/hang/flight.py`` :func:`torch_analysis`), as a clause of
+    evidence: the collectives it found ranks missing from or mismatched, where they were called; "" when it did not
+    run."""
+    analysis = next((a for a in ((r.get("flight_recorder") or {}).get("torch_analysis") for r in ranks
+                                 if isinstance(r.get("flight_recorder"), dict)) if isinstance(a, dict)), None)
+    if analysis is None or analysis.get("skipped"):  # none in this torch, or dumps that are not one job's
+        return ""
+    if analysis.get("error"):
+        return f"; torch's own analysis could not run on these dumps ({str(analysis['error'])[:120]})"
+    problems = [p for p in analysis.get("problems") or [] if isinstance(p, dict)]
+    if not problems:
+        return f"; torch's own analysis matched {analysis.get('collectives')} collectives with no rank missing"
+    parts = []
+    for p in problems[:3]:
+        missing = p.get("missing_ranks") if isinstance(p.get("missing_ranks"), list) else []
+        what = (f"{spans(missing)} missing" if missing else "") + (f"{', ' if missing else ''}mismatched "
+                                                                 f"{p['mismatch']}" if p.get("mismatch") else "")
+        parts.append(f"{p.get('op')} #{p.get('seq')} ({p.get('group')}): {what or 'did not pass its check'}"
+                     + (f", called from {p['called_from']}" if p.get("called_from") else ""))
+    return "; torch's own analysis (torch.distributed.flight_recorder): " + "; ".join(parts)
 
 
 def _verb(records: list[dict], one: str, many: str) -> str:

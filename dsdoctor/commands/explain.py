@@ -429,11 +429,11 @@ def _report_error(name: str, report: dict) -> DsdoctorError:
 # --- the command ------------------------------------------------------------------------------------------------------
 
 def _flight_dump(source: str) -> tuple[int, dict] | None:
-    """(rank, per-group summary) of a PyTorch Flight Recorder dump file given to explain (a pickle: torch writes
-    ``<prefix><rank>``, the rank its name's last digits), or None for anything else (a log)."""
+    """(rank, the dump read as plain data) of a PyTorch Flight Recorder dump file given to explain (a pickle: torch
+    writes ``<prefix><rank>``, the rank its name's last digits), or None for anything else (a log)."""
     import re
 
-    from dsdoctor.checks.hang.flight import read_dump, summary
+    from dsdoctor.checks.hang.flight import read_dump
 
     path = os.path.expanduser(source)
     if source == "-" or not os.path.isfile(path):  # never open a FIFO or a device here: read_log says what it is
@@ -447,7 +447,7 @@ def _flight_dump(source: str) -> tuple[int, dict] | None:
     if head[:1] != b"\x80" or not found:  # pickle's protocol mark; a JSON dump is read as a log
         return None
     try:
-        return int(found.group(1)), summary(read_dump(path))
+        return int(found.group(1)), read_dump(path)
     except (OSError, ValueError):
         return None
 
@@ -455,6 +455,7 @@ def _flight_dump(source: str) -> tuple[int, dict] | None:
 def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
     """``dsdoctor hang``'s verdict (``checks/hang/verdict.py``) on the py-spy dumps pasted into the log and the Flight
     Recorder dumps given; their ranks go to ``result["hang"]``. [] when there are neither."""
+    from dsdoctor.checks.hang.flight import summary, torch_analysis
     from dsdoctor.checks.hang.stacks import main_thread, parse_dumps, position
     from dsdoctor.checks.hang.verdict import diagnose
 
@@ -467,13 +468,15 @@ def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
         records.append({"host": None, "pid": p["pid"], "rank": p["rank"], "cmdline": p["cmdline"],
                         "position": position(main["frames"]) if main else {"state": "unknown"}, "advancing": None,
                         "error": None, "proc": {}, "workers": [], "flight_recorder": None})
-    for rank, groups in sorted(flight_dumps.items()):
+    analysis = torch_analysis(flight_dumps) if flight_dumps else None
+    for rank, dump in sorted(flight_dumps.items()):
+        groups = summary(dump)
         record = next((r for r in records if r["rank"] == rank), None)
         if record is None:
             record = {"host": None, "pid": 0, "rank": rank, "position": {"state": "unknown"}, "advancing": None,
                       "error": None, "proc": {}, "workers": [], "flight_recorder": None}
             records.append(record)
-        record["flight_recorder"] = {"on": True, "groups": groups}
+        record["flight_recorder"] = {"on": True, "groups": groups, "torch_analysis": analysis}
     result["hang"] = [{k: r[k] for k in ("pid", "rank", "position", "flight_recorder")} for r in records]
     return diagnose(records, [{"host": None, "gone": []}], None)  # the log says it hung: no motion to measure
 
