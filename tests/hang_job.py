@@ -21,6 +21,8 @@ job go on after its snapshot. Modes (the stall is on the last rank, ``odd``, unl
   others wait for it in the next all_reduce, until WORKDIR/release exists: healthy, with steps longer than --interval.
 - ``nap``: steps go on, each an all_reduce and then one 12 s ``time.sleep`` on every rank, until WORKDIR/release
   exists: healthy, with every rank asleep longer than a snapshot.
+- ``evaluate``: steps go on; every step ``odd`` waits 12 s for a subprocess (an evaluation run as a command) while the
+  others wait for it in the next all_reduce, until WORKDIR/release exists: healthy, with a wait longer than a snapshot.
 - ``steady``: steps go on, each an all_reduce and then 0.05 s in ``time.sleep`` on one line (a step that spends most
   of its time at one line: every sample of a rank may find it there), until WORKDIR/release exists.
 """
@@ -124,6 +126,13 @@ def main() -> None:
                 break
             load()
             compute()
+        elif mode == "evaluate":
+            if (workdir / "release").exists():
+                break
+            if rank == odd:
+                import subprocess
+
+                subprocess.run([sys.executable, "-c", "import time; time.sleep(12)"], check=True)
         elif mode == "nap":
             if (workdir / "release").exists():
                 break

@@ -697,3 +697,32 @@ def test_one_snapshot_names_positions_as_warnings_and_a_window_as_errors():
     assert one.id == "HANG901" and one.severity == "warning" and "one snapshot, --interval 0" in one.title
     (window,) = diagnose(records, [{"host": "node-a", "gone": []}], 2.0)
     assert window.id == "HANG901" and window.severity == "error" and "one snapshot" not in window.title
+
+
+@pytest.mark.slow
+def test_a_rank_waiting_for_its_running_subprocess_is_inconclusive_and_a_stopped_rank_is_not_killed(tmp_path):
+    """A new user's healthy job whose rank 0 ran a 10 s evaluation as a subprocess while the other waited was HANG901,
+    an error, and --kill stopped it; and --kill stopped a job paused with SIGSTOP, whose fix is kill -CONT."""
+    j = Job("evaluate", tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(j.steps(r) >= 1 for r in range(2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the first 12 s evaluation
+        code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "3", "--kill")
+        assert code == 0, result.output
+        (finding,) = data["findings"]
+        assert finding["id"] == "HANG901" and finding["severity"] == "warning"
+        assert "waiting for its subprocess (pid " in finding["title"]
+        assert data["result"]["killed"][0].startswith("nothing stopped: rank 1 waits for its subprocess")
+        assert j.proc.poll() is None
+        pid = int((tmp_path / "ready-0").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            code, data, _ = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "2", "--kill")
+            assert data["result"]["killed"][0].startswith("nothing stopped: rank 0 is stopped")
+            assert j.proc.poll() is None
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        j.stop()

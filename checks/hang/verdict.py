@@ -140,7 +140,8 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
             loader = group[0]["position"]["state"] == "dataloader"
             # a rank that computes (its stack moves, or it burns CPU) may be a long step: a straggler, or an endless
             # loop; no snapshot of a few seconds tells them apart (inconclusive: a warning)
-            working = interval and all(r.get("advancing") or r.get("busy") or asleep(r) for r in group)
+            working = interval and all(r.get("advancing") or r.get("busy") or asleep(r) or r.get("subprocesses")
+                                       for r in group)
             window = max((r.get("window_s") or 0 for r in ranks), default=0)
             findings.append(HANG901.finding(
                 f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
@@ -155,6 +156,9 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
                       f"{'it is' if len(group) == 1 else 'they are'} at {place}"
                       + ((" and sleeping on a timer (inconclusive: a long sleep or a stuck retry)"
                           if all(asleep(r) for r in group) else
+                          f" and waiting for its subprocess (pid {group[0]['subprocesses'][0]['pid']}: "
+                          f"{group[0]['subprocesses'][0]['cmdline']}), which still runs (inconclusive: a long "
+                          f"evaluation or a stuck one)" if all(r.get("subprocesses") for r in group) else
                           " and still working (inconclusive: a long step or an endless loop)") if working else "")))
     if collective and len(_groups(collective)) > 1:
         findings.append(HANG902.finding(waiting))

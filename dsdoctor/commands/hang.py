@@ -96,6 +96,26 @@ def _gone(ranks, launcher) -> list[dict]:
     return gone
 
 
+def _running_children(pid: int, most: int = 4) -> list[dict]:
+    """The live (not zombie) child processes of a rank that waits for a child (wait4 in the kernel: a
+    ``subprocess.run`` of an evaluation, a conversion, a shell command): ``[{"pid", "cmdline"}]``."""
+    import psutil
+
+    from dsdoctor.checks.hang.procs import _cmdline
+
+    out = []
+    try:
+        for child in psutil.Process(pid).children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    out.append({"pid": child.pid, "cmdline": _tail(_cmdline(child), 80)})
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        return []
+    return out[:most]
+
+
 def _common_parent(ranks) -> int | None:
     """The parent PID every rank shares (a launcher dsdoctor does not know by name), or None (init's, or several)."""
     import psutil
@@ -244,6 +264,8 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
             (after - before) >= BUSY_SHARE * elapsed
         records.append(record)
     for record, rank in zip(records, ranks):
+        record["subprocesses"] = _running_children(rank.pid) if (record.get("proc") or {}).get("wchan") in \
+            ("do_wait", "kernel_wait4", "__do_sys_wait4") else []
         if record["position"]["state"] == "dataloader":  # what its workers wait on is the cause
             for child in rank.children[:MAX_WORKERS_READ]:
                 threads, error = dump(child, native=native, timeout=timeout)
@@ -352,6 +374,12 @@ def _record_problem(record: dict) -> str | None:
     if proc is not None and not (isinstance(proc, dict) and isinstance(proc.get("status", ""), str)
                                  and isinstance(proc.get("wchan") or "", str)):
         return "proc is not /proc's record"
+    subprocesses = record.get("subprocesses")
+    if subprocesses is not None and not (isinstance(subprocesses, list) and all(
+            isinstance(c, dict) and _is_int(c.get("pid")) and isinstance(c.get("cmdline"), str) for c in subprocesses)):
+        return "subprocesses is not a list of child processes"
+    if record.get("threads") is not None and not isinstance(record["threads"], list):
+        return "threads is not py-spy's list of threads"
     activity = record.get("activity")
     if activity is not None and not (isinstance(activity, dict) and all(
             isinstance(activity.get(k), (int, float)) and not isinstance(activity.get(k), bool)
@@ -449,6 +477,8 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
 
         moving = [r for r in records if r.get("advancing")]
         busy = [r for r in records if r.get("busy") and not r.get("advancing")]
+        paused = [r for r in records if (r.get("proc") or {}).get("status") in ("stopped", "tracing-stop")]
+        parents = [r for r in records if r.get("subprocesses")]
         sleeping = [r for r in records if asleep(r) and r.get("position", {}).get("state") != "collective"]
         if not interval:
             killed = ["nothing stopped: one snapshot (--interval 0) cannot tell a stuck job from a slow step; run "
@@ -463,6 +493,16 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
                       "changes, CPU burnt, or reads and writes) while the others wait: a long step and an endless "
                       "loop look alike; run again with a longer --wait, or stop the job yourself (`kill PID`) if you "
                       "are sure"]
+        elif paused:
+            killed = [f"nothing stopped: {spans([r.get('rank') for r in paused]) or 'a rank'} "
+                      f"{'is' if len(paused) == 1 else 'are'} stopped (SIGSTOP, Ctrl-Z or a debugger): the job is "
+                      f"paused, not stuck; continue it (`kill -CONT {paused[0]['pid']}`), or stop it yourself"]
+        elif parents:
+            r = parents[0]
+            child = r["subprocesses"][0]
+            killed = [f"nothing stopped: rank {r.get('rank')} waits for its subprocess (pid {child['pid']}: "
+                      f"{child['cmdline']}), which still runs: a long evaluation or conversion and a stuck one look "
+                      "alike; run again with a longer --wait, or stop the job yourself if you are sure"]
         elif sleeping:
             killed = [f"nothing stopped: {spans([r.get('rank') for r in sleeping]) or 'a rank'} "
                       f"{'sleeps' if len(sleeping) == 1 else 'sleep'} on a timer (time.sleep): a sleep longer than the "
