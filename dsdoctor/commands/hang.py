@@ -96,6 +96,17 @@ def _gone(ranks, launcher) -> list[dict]:
     return gone
 
 
+def _polling(record: dict) -> bool:
+    """A loop that waits by polling (``while not os.path.exists(f): time.sleep(0.05)``, a lock file's retry): its
+    stack alternates between the loop's lines, but it sleeps on a timer now (wchan), neither reads nor writes
+    (/proc's counters did not move) and burns no CPU: that is no progress."""
+    from dsdoctor.checks.hang.verdict import NANOSLEEP
+
+    activity = record.get("activity") if isinstance(record.get("activity"), dict) else {}
+    return (record.get("proc") or {}).get("wchan") in NANOSLEEP and not activity.get("moving") \
+        and not record.get("busy")
+
+
 def _running_children(pid: int, most: int = 4) -> list[dict]:
     """The live (not zombie) child processes of a rank that waits for a child (wait4 in the kernel: a
     ``subprocess.run`` of an evaluation, a conversion, a shell command): ``[{"pid", "cmdline"}]``."""
@@ -262,6 +273,9 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
         before, after = cpu_before.get(rank.pid), proc.get("cpu_seconds")
         record["busy"] = None if before is None or after is None or elapsed < 0.5 else \
             (after - before) >= BUSY_SHARE * elapsed
+        if record.get("advancing") and _polling(record):
+            record["advancing"] = False  # its stack flips between the lines of a loop that waits
+            record["polling"] = True
         records.append(record)
     for record, rank in zip(records, ranks):
         record["subprocesses"] = _running_children(rank.pid) if (record.get("proc") or {}).get("wchan") in \
