@@ -396,9 +396,10 @@ NET416 = rule(
     source="NVIDIA/nccl src/misc/socket.cc ncclFindInterfaces (the default '^docker,lo'), src/transport/net_socket.cc "
            "(NET/Socket : Using ...); NVIDIA/nccl issue 697")
 
-#: interface names of bridges and virtual links that hosts of containers and VMs create (NCCL's default excludes only
-#: docker* and lo)
-VIRTUAL_IF = re.compile(r"^(?:br-|veth|virbr|cni|flannel|cali|vxlan|kube-|tun|tap|lxcbr|lxdbr)")
+#: name prefixes of the bridges and virtual links that hosts of containers and VMs create (NCCL's default excludes
+#: only docker* and lo); explain's NET416 signature reads NCCL's interface list with them too
+BRIDGE_PREFIXES = ("br-", "veth", "virbr", "cni", "flannel", "cali", "vxlan", "kube-", "tun", "tap", "lxcbr", "lxdbr")
+VIRTUAL_IF = re.compile("^(?:" + "|".join(map(re.escape, BRIDGE_PREFIXES)) + ")")
 
 
 def bridge_findings(net: dict) -> list[Finding]:

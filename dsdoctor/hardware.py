@@ -211,12 +211,12 @@ NVML_MIB: dict[tuple[str, int | None], tuple[int, str]] = {
 }
 
 
+@functools.lru_cache(maxsize=1)
 def nominal_ratio() -> float:
     """The least share of a card's nominal memory (GB as NVIDIA names it, taken as GiB) that NVML reports, over the
     readings in :data:`NVML_MIB`: 0.933 today (the B300's 275040 MiB of its 288 GB; the GDDR6 cards with ECC on keep
-    1/16 for it: 0.9375 of A10, L4, T4, A40...). A card
-    with no reading on record is counted at this share of its nominal size, so that a verdict of "fits" never rests
-    on memory the card may not have."""
+    1/16 for it: 0.9375 of A10, L4, T4, A40...). A card with no reading on record is counted at this share of its
+    nominal size, so that a verdict of "fits" never rests on memory the card may not have."""
     return min(mib / (((size or MEMORY_GB[name][0]) * 1024)) for (name, size), (mib, _) in NVML_MIB.items())
 
 #: Memory variants (GB, as NVIDIA names them) of the cards whose datasheets give them; the first is the one assumed

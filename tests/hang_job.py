@@ -121,37 +121,35 @@ def main() -> None:
         else:
             dist.all_reduce(x)
         log.write(f"rank {rank} step {step} loss {float(x.sum()) / (step + 1):.4f}\n")
-        if mode == "advance":
+        if mode in HEALTHY:  # steps that go on until the release, each ending the way the mode says
             if (workdir / "release").exists():
                 break
-            load()
-            compute()
-        elif mode == "evaluate":
-            if (workdir / "release").exists():
-                break
-            if rank == odd:
-                import subprocess
-
-                subprocess.run([sys.executable, "-c", "import time; time.sleep(12)"], check=True)
-        elif mode == "nap":
-            if (workdir / "release").exists():
-                break
-            time.sleep(12)
-        elif mode == "straggler":
-            if (workdir / "release").exists():
-                break
-            if rank == odd:
-                crunch(2.5)
-        elif mode == "steady":
-            if (workdir / "release").exists():
-                break
-            time.sleep(0.05)
+            HEALTHY[mode](rank == odd)
         elif step >= 6 and (workdir / "release").exists():
             break
         elif step >= 3 and mode != "sleep" and not (workdir / "release").exists():
             time.sleep(0.05)
     log.close()
     dist.destroy_process_group()
+
+
+def evaluate(odd: bool) -> None:
+    """The last rank runs a 12 s evaluation as a subprocess (the others wait for it in the next all_reduce)."""
+    if odd:
+        import subprocess
+
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(12)"], check=True)
+
+
+#: the modes whose steps go on until the release: what each step does after its all_reduce (given whether this rank
+#: is the last one)
+HEALTHY = {
+    "advance": lambda odd: (load(), compute()),
+    "evaluate": evaluate,
+    "nap": lambda odd: time.sleep(12),
+    "straggler": lambda odd: crunch(2.5) if odd else None,
+    "steady": lambda odd: time.sleep(0.05),
+}
 
 
 if __name__ == "__main__":

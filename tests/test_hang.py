@@ -47,6 +47,14 @@ class Job:
         lines = path.read_text().splitlines() if path.exists() else []
         return int(lines[-1].split()[3]) if lines else 0
 
+    def wait_steps(self, steps: int, timeout: float = 120) -> None:
+        """Until every rank has logged ``steps`` steps (a job that does not stall: advance, steady, straggler...)."""
+        deadline = time.monotonic() + timeout
+        while not all(self.steps(r) >= steps for r in range(self.nproc)):
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                (self.workdir / "out.txt").read_text()[-2000:]
+            time.sleep(0.2)
+
     def wait_stalled(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -181,9 +189,7 @@ def test_four_ranks_one_late_and_an_advancing_job(job, tmp_path):
 def test_an_advancing_job_is_not_hung(tmp_path):
     j = Job("advance", tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not all(j.steps(r) >= 2 for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        j.wait_steps(2)
         code, data, result = hang("--pid", str(j.proc.pid), "--interval", "2")
         assert code == 0, result.output
         (finding,) = data["findings"]
@@ -224,8 +230,8 @@ def test_the_flight_recorder_names_the_late_rank_when_the_stacks_cannot(job, tmp
 
 
 def fr_analysis_of(data: dict) -> dict:
-    """torch's own Flight Recorder analysis as a snapshot's rank records carry it."""
-    return data["result"]["ranks"][0]["flight_recorder"]["torch_analysis"]
+    """torch's own Flight Recorder analysis as a snapshot's node record carries it."""
+    return data["result"]["nodes"][0]["flight_analysis"]
 
 
 def test_a_flight_recorder_dump_with_a_class_in_it_is_refused_not_run(tmp_path):
@@ -542,9 +548,7 @@ def test_a_steady_job_whose_steps_sit_at_one_line_is_advancing_and_kill_stops_no
     process keeps reading and writing (/proc), which a rank blocked in a collective does not."""
     j = Job("steady", tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not all(j.steps(r) >= 3 for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        j.wait_steps(3)
         for _ in range(2):
             code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1.5", "--kill")
             assert code == 0, result.output
@@ -646,9 +650,7 @@ def test_a_straggler_whose_step_is_longer_than_the_interval_is_not_a_hang(tmp_pa
     rank has moved, and a rank that burns CPU is never killed on a guess."""
     j = Job("straggler", tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not all(j.steps(r) >= 2 for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        j.wait_steps(2)
         for _ in range(2):
             code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "8", "--kill")
             assert code == 0, result.output
@@ -669,9 +671,7 @@ def test_ranks_in_one_long_sleep_are_inconclusive_and_not_killed_and_one_snapsho
     verdicts are warnings."""
     j = Job("nap", tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not all(j.steps(r) >= 1 for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        j.wait_steps(1)
         time.sleep(1.0)  # into the first 12 s nap
         code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "3", "--kill")
         assert code == 0, result.output
@@ -705,9 +705,7 @@ def test_a_rank_waiting_for_its_running_subprocess_is_inconclusive_and_a_stopped
     an error, and --kill stopped it; and --kill stopped a job paused with SIGSTOP, whose fix is kill -CONT."""
     j = Job("evaluate", tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while not all(j.steps(r) >= 1 for r in range(2)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        j.wait_steps(1)
         time.sleep(1.0)  # into the first 12 s evaluation
         code, data, result = hang("--pid", str(j.proc.pid), "--interval", "1", "--wait", "3", "--kill")
         assert code == 0, result.output

@@ -11,7 +11,13 @@ from dsdoctor.report import Finding
 from .facts import _numbers, arch_list_problems
 from .rules import (ENV334, ENV301, ENV302, ENV303, ENV304, ENV305, ENV306, ENV307, ENV308, ENV309, ENV310, ENV311, ENV312,
                     ENV313, ENV314, ENV315, ENV316, ENV317, ENV318, ENV319, ENV320, ENV321, ENV322, ENV323, ENV325,
-                    ENV326, ENV327, ENV328, ENV329, ENV330, ENV333, GIB, KNOWN_BAD, THROTTLE_BAD, _python_minor)
+                    ENV326, ENV327, ENV328, ENV329, ENV330, ENV333, GIB, KNOWN_BAD, THROTTLE_BAD)
+
+
+def _python_minor(versions: dict | None) -> str:
+    """'3.10' of the job's Python version (``versions['python']``, else this interpreter's)."""
+    full = (versions or {}).get("python") or platform.python_version()
+    return ".".join(str(full).split(".")[:2])
 
 
 def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Finding]:

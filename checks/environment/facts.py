@@ -328,6 +328,7 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
             }
         nvml = futures["nvml"].result() if futures["nvml"] else None
         if "toolchain" in sections:
+            paths = sysconfig.get_paths()  # this interpreter's include and scripts directories
             facts["toolchain"] = {
                 "CUDA_HOME": cuda_home, "nvcc": nvcc_path,
                 "nvcc_cuda": _cuda_of(futures["nvcc"].result()) if futures["nvcc"] else None,
@@ -339,12 +340,12 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
                 "ninja": (futures["ninja"].result() or "").strip() or None if futures["ninja"] else None,
                 "TORCH_CUDA_ARCH_LIST": env.get("TORCH_CUDA_ARCH_LIST"),
                 "libaio": any(os.path.exists(p) for p in ("/usr/include/libaio.h", "/usr/local/include/libaio.h")),
-                "python_include": sysconfig.get_paths().get("include"),
+                "python_include": paths.get("include"),
                 # the deepspeed launcher pip installed beside this Python, and the one PATH finds (deepspeed's
                 # setup.py scripts: bin/deepspeed)
                 "deepspeed_cli": probe.which("deepspeed"),
-                "scripts_dir": sysconfig.get_paths().get("scripts"),
-                "python_h": os.path.exists(os.path.join(sysconfig.get_paths().get("include") or "", "Python.h")),
+                "scripts_dir": paths.get("scripts"),
+                "python_h": os.path.exists(os.path.join(paths.get("include") or "", "Python.h")),
                 "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR"),
                 "build_locks": [lock.to_dict() for lock in build_locks(extension_roots(env))],
             }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import platform
-
 from dsdoctor.rules import rule
 
 GIB = 2 ** 30
@@ -262,12 +260,6 @@ ENV334 = rule(
     fix="Activate the environment DeepSpeed is installed in, or add its bin directory (in the evidence) to PATH; or "
         "launch with `python -m deepspeed.launcher.runner` and the same arguments.",
     source="deepspeed's setup.py (scripts: bin/deepspeed); pip installs scripts into sysconfig's 'scripts' path")
-
-
-def _python_minor(versions: dict | None) -> str:
-    """'3.10' of the job's Python version (``versions['python']``, else this interpreter's)."""
-    full = (versions or {}).get("python") or platform.python_version()
-    return ".".join(str(full).split(".")[:2])
 
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).

@@ -127,10 +127,11 @@ def summary(dump: dict) -> dict:
     return groups
 
 
-def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float = 15.0) -> list[dict]:
+def of_ranks(ranks: list[tuple[dict, int | None, float | None]],
+             wait_s: float = 15.0) -> tuple[list[dict], dict | None]:
     """What the Flight Recorder says of each rank, given as (its environment, its rank, when its process started in
-    seconds since the epoch): ``[{"on", "path", "triggered", "groups": summary or None, "error", "torch_analysis":
-    torch's own analysis of all the dumps read (:func:`torch_analysis`), the same in each}]``, in order. Every
+    seconds since the epoch): ``[{"on", "path", "triggered", "groups": summary or None, "error"}]``, in order, and
+    torch's own analysis of all the dumps read (:func:`torch_analysis`; None without a dump). Every
     rank with a debug-info pipe is asked for a dump first, then the dumps are awaited together for up to ``wait_s``
     (on an H200, NCCL's heartbeat monitor wrote one 6 s after the request: it includes the C++ stacks). A dump older
     than its rank's process is a previous run's and not read."""
@@ -169,10 +170,7 @@ def of_ranks(ranks: list[tuple[dict, int | None, float | None]], wait_s: float =
                                           f"demand through {PIPE_KEY})"))
         except (OSError, ValueError) as exc:
             item["error"] = str(exc)[:200]
-    analysis = torch_analysis(dumps) if dumps else None
-    for item in out:
-        item["torch_analysis"] = analysis
-    return out
+    return out, torch_analysis(dumps) if dumps else None
 
 
 def torch_analysis(dumps: dict[int, dict]) -> dict | None:

@@ -181,7 +181,7 @@ def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
                 below = []
             ranks = [r for r in (describe(p) for p in below) if r is not None]
             if not ranks:
-                raise LookupError(f"--pid {pid} ({_short(_cmdline(proc), 80) or 'no command line'}): neither a rank "
+                raise LookupError(f"--pid {pid} ({tail(_cmdline(proc), 80) or 'no command line'}): neither a rank "
                                   "(RANK in its environment and PyTorch loaded) nor a launcher of ranks"
                                   + _spawned_hint(proc, below))
             candidates.update((r.pid, r) for r in ranks)
@@ -212,9 +212,12 @@ def find_ranks(pids: list[int] | None = None) -> list[RankProcess]:
     return sorted(ranks, key=lambda r: (r.rank if r.rank is not None else 1 << 30, r.pid))
 
 
-def _short(text: str, most: int) -> str:
-    """``text`` cut to ``most`` characters, with an ellipsis where it was cut."""
-    return text if len(text) <= most else text[:most - 1] + "\u2026"
+def tail(text: str, most: int) -> str:
+    """A command line shown in ``most`` characters: its start and its end (the script and its arguments tell two jobs
+    apart), an ellipsis between."""
+    if len(text) <= most:
+        return text
+    return text[:most // 2 - 1] + "\u2026" + text[-(most - most // 2):]
 
 
 def _spawned_hint(proc, below: list) -> str:
@@ -275,6 +278,37 @@ def gone_children(launcher_pid: int) -> list[dict]:
         gone.append({"pid": child.pid, "exit_code": None if status is None else (status >> 8) & 0xFF,
                      "signal": None if status is None else status & 0x7F or None})
     return gone
+
+
+def running_children(pid: int, most: int = 4) -> list[dict]:
+    """The live (not zombie) child processes of a process: ``[{"pid", "cmdline"}]`` (a rank that waits in wait4 for a
+    ``subprocess.run`` of an evaluation, a conversion, a shell command)."""
+    import psutil
+
+    out = []
+    try:
+        for child in psutil.Process(pid).children():
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    out.append({"pid": child.pid, "cmdline": tail(_cmdline(child), 80)})
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        return []
+    return out[:most]
+
+
+def common_parent(ranks: list[RankProcess]) -> int | None:
+    """The parent PID every rank shares (a launcher dsdoctor does not know by name), or None (init's, or several)."""
+    import psutil
+
+    parents = set()
+    for rank in ranks:
+        try:
+            parents.add(psutil.Process(rank.pid).ppid())
+        except psutil.Error:
+            return None
+    return parents.pop() if len(parents) == 1 and 1 not in parents else None
 
 
 def _zombie_status(pid: int) -> int | None:

@@ -77,6 +77,33 @@ def asleep(record: dict) -> bool:
     return isinstance(proc, dict) and proc.get("wchan") in NANOSLEEP and (activity.get("wakeups") or 0) <= 1
 
 
+#: the kernel functions a process sleeps in while it waits for a child to exit (wait4(2): ``subprocess.run``)
+WAIT_CHILD = ("do_wait", "kernel_wait4", "__do_sys_wait4")
+
+
+def polling(record: dict) -> bool:
+    """A loop that waits by polling (``while not os.path.exists(f): time.sleep(0.05)``, a lock file's retry): its stack
+    alternates between the loop's lines, but it sleeps on a timer now (wchan), neither reads nor writes (/proc's
+    counters did not move) and burns no CPU: that is no progress."""
+    activity = record.get("activity") if isinstance(record.get("activity"), dict) else {}
+    return (record.get("proc") or {}).get("wchan") in NANOSLEEP and not activity.get("moving") \
+        and not record.get("busy")
+
+
+def _inconclusive(group: list[dict]) -> str:
+    """What the ranks of ``group`` (not in the collective the others wait in) do that a few seconds cannot tell from
+    being stuck, as the end of HANG901's title; "" when they stand still (the finding is then an error)."""
+    if all(asleep(r) for r in group):
+        return " and sleeping on a timer (inconclusive: a long sleep or a stuck retry)"
+    if all(r.get("subprocesses") for r in group):
+        child = group[0]["subprocesses"][0]
+        return (f" and waiting for its subprocess (pid {child['pid']}: {child['cmdline']}), which still runs "
+                "(inconclusive: a long evaluation or a stuck one)")
+    if all(r.get("advancing") or r.get("busy") or asleep(r) or r.get("subprocesses") for r in group):
+        return " and still working (inconclusive: a long step or an endless loop)"
+    return ""
+
+
 def _status(record: dict) -> str | None:
     proc = record.get("proc")
     return proc.get("status") if isinstance(proc, dict) else None
@@ -138,28 +165,21 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
         for place, group in _groups(others).items():
             motion = _motion(group[0]) if len(group) == 1 else ""
             loader = group[0]["position"]["state"] == "dataloader"
-            # a rank that computes (its stack moves, or it burns CPU) may be a long step: a straggler, or an endless
-            # loop; no snapshot of a few seconds tells them apart (inconclusive: a warning)
-            working = interval and all(r.get("advancing") or r.get("busy") or asleep(r) or r.get("subprocesses")
-                                       for r in group)
+            # a rank that computes, sleeps once or waits for its subprocess may be a long step (a straggler) or stuck:
+            # no snapshot of a few seconds tells them apart (inconclusive: a warning)
+            unsure = _inconclusive(group) if interval else ""
             window = max((r.get("window_s") or 0 for r in ranks), default=0)
             findings.append(HANG901.finding(
                 f"{waiting}; {_who(group)} {'is' if len(group) == 1 else 'are'} at {place}{motion}"
                 + _workers(group),
-                severity="warning" if working else None,
+                severity="warning" if unsure else None,
                 fix=("The odd rank waits for its own DataLoader: " + HANG904.fix) if loader else
                 ("If that work should take less than the snapshot's "
                  f"{window:g} s, it is stuck there: read its frames; otherwise it is a straggler (rank-0-only "
                  "evaluation, saving, uneven batches): run `dsdoctor hang --wait 60` to see whether it ends, and "
-                 "give every rank the same work between collectives.") if working else None,
+                 "give every rank the same work between collectives.") if unsure else None,
                 title=f"{_who(group)} {_verb(group, 'has', 'have')} not reached {' / '.join(ops)}: "
-                      f"{'it is' if len(group) == 1 else 'they are'} at {place}"
-                      + ((" and sleeping on a timer (inconclusive: a long sleep or a stuck retry)"
-                          if all(asleep(r) for r in group) else
-                          f" and waiting for its subprocess (pid {group[0]['subprocesses'][0]['pid']}: "
-                          f"{group[0]['subprocesses'][0]['cmdline']}), which still runs (inconclusive: a long "
-                          f"evaluation or a stuck one)" if all(r.get("subprocesses") for r in group) else
-                          " and still working (inconclusive: a long step or an endless loop)") if working else "")))
+                      f"{'it is' if len(group) == 1 else 'they are'} at {place}{unsure}"))
     if collective and len(_groups(collective)) > 1:
         findings.append(HANG902.finding(waiting))
     if readable and not collective:
@@ -213,7 +233,7 @@ def diagnose(ranks: list[dict], nodes: list[dict], interval: float | None) -> li
     recorded = flight(ranks)
     if recorded is not None:
         behind, mismatched, text = recorded
-        text += _torch_analysis(ranks)
+        text += _torch_analysis(nodes)
         named = {f.id for f in findings}
         if behind and not named & {"HANG901", "HANG903"}:
             # with NCCL (or an async collective) the ranks' stacks show the wait at a line of their own (HANG907):
@@ -268,12 +288,12 @@ def flight(ranks: list[dict]) -> tuple[list[dict], bool, str] | None:
     return behind, mismatched, " | ".join(parts)
 
 
-def _torch_analysis(ranks: list[dict]) -> str:
-    """PyTorch's own analysis of the ranks' dumps (``checks/hang/flight.py`` :func:`torch_analysis`), as a clause of
-    evidence: the collectives it found ranks missing from or mismatched, where they were called; "" when it did not
-    run."""
-    analysis = next((a for a in ((r.get("flight_recorder") or {}).get("torch_analysis") for r in ranks
-                                 if isinstance(r.get("flight_recorder"), dict)) if isinstance(a, dict)), None)
+def _torch_analysis(nodes: list[dict]) -> str:
+    """PyTorch's own analysis of a node's dumps (``checks/hang/flight.py`` :func:`torch_analysis`, a node record's
+    ``flight_analysis``), as a clause of evidence: the collectives it found ranks missing from or mismatched, where
+    they were called; "" when it did not run."""
+    analysis = next((n["flight_analysis"] for n in nodes
+                     if isinstance(n, dict) and isinstance(n.get("flight_analysis"), dict)), None)
     if analysis is None or analysis.get("skipped"):  # none in this torch, or dumps that are not one job's
         return ""
     if analysis.get("error"):

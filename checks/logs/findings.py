@@ -451,9 +451,9 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         shown = ln.text.strip()
         found = _catalogued(ln.text)
-        if found is None and RAISE_OPEN.search(ln.text):
-            literal = _raised_literal(lines, ln)
-            found = _catalogued(literal) if literal else None
+        literal = _raised_literal(lines, ln) if found is None else ""
+        if literal:
+            found = _catalogued(literal)
             shown = f"{shown} \"{literal}\"" if found is not None else shown
         if found is not None and found.entry.kind not in ("nccl-info",):
             return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"),

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from dsdoctor.checks.network import BRIDGE_PREFIXES
+
 from . import imports, precision
 from .toolchain import arch as _arch, build as _build
 from .validation import describe as _validation
@@ -432,8 +434,8 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
 
 #: one interface of NCCL's "NET/Socket : Using [0]bond0:10.0.0.1<0> [1]br-05ab:172.18.0.1<0>" list
 NCCL_IF = re.compile(r"\[(\d{1,2})\]([\w.:-]{1,40}?):[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>")
-#: bridges and virtual links of container and VM hosts (checks/network.py VIRTUAL_IF)
-BRIDGE_IF = r"(?:br-|veth|virbr|cni|flannel|cali|vxlan|kube-|lxcbr|lxdbr)"
+#: bridges and virtual links of container and VM hosts, as `env`'s NET416 check names them
+BRIDGE_IF = "(?:" + "|".join(map(re.escape, BRIDGE_PREFIXES)) + ")"
 
 
 def _bridges(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -640,7 +642,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NCCL WARN[^\n]{0,200}?(?:posix_fallocate failed|failed to extend /dev/shm|/dev/shm[^\n]{0,200}?(?:No space|"
          r"failed)|[Uu]nable to allocate shared memory|shm_open[^\n]{0,100}?failed)|Error while creating shared "
          r"memory segment /dev/shm", _first_line, "dsdoctor env", caught_note="(the /dev/shm size)"),
-    _sig("nccl-socket-bridges", "NET416", ("NET/Socket", "br-", "veth", "virbr", "cni", "flannel", "cali"),
+    _sig("nccl-socket-bridges", "NET416", ("NET/Socket", *BRIDGE_PREFIXES),
          r"NET/Socket : Using[^\n]{0,2000}?\[\d{1,2}\]" + BRIDGE_IF + r"|^\s{0,8}\[\d{1,2}\]" + BRIDGE_IF +
          r"[\w.-]{0,40}:[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>", _bridges, "dsdoctor env",
          caught_note="(on each node, with MASTER_ADDR set: the interfaces NCCL would use)"),

@@ -468,7 +468,6 @@ def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
         records.append({"host": None, "pid": p["pid"], "rank": p["rank"], "cmdline": p["cmdline"],
                         "position": position(main["frames"]) if main else {"state": "unknown"}, "advancing": None,
                         "error": None, "proc": {}, "workers": [], "flight_recorder": None})
-    analysis = torch_analysis(flight_dumps) if flight_dumps else None
     for rank, dump in sorted(flight_dumps.items()):
         groups = summary(dump)
         record = next((r for r in records if r["rank"] == rank), None)
@@ -476,9 +475,10 @@ def _hang_findings(lines, flight_dumps: dict[int, dict], result: dict) -> list:
             record = {"host": None, "pid": 0, "rank": rank, "position": {"state": "unknown"}, "advancing": None,
                       "error": None, "proc": {}, "workers": [], "flight_recorder": None}
             records.append(record)
-        record["flight_recorder"] = {"on": True, "groups": groups, "torch_analysis": analysis}
+        record["flight_recorder"] = {"on": True, "groups": groups}
     result["hang"] = [{k: r[k] for k in ("pid", "rank", "position", "flight_recorder")} for r in records]
-    return diagnose(records, [{"host": None, "gone": []}], None)  # the log says it hung: no motion to measure
+    node = {"host": None, "gone": [], "flight_analysis": torch_analysis(flight_dumps) if flight_dumps else None}
+    return diagnose(records, [node], None)  # the log says it hung: no motion to measure
 
 
 def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:

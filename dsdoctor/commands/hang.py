@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from dsdoctor.checks.hang.procs import tail
 from dsdoctor.cli import FiniteFloat, report_command
 from dsdoctor.report import DsdoctorError, Report
 
@@ -72,21 +73,21 @@ def _gone(ranks, launcher) -> list[dict]:
     """The local ranks the launcher should have started and that have no process: from the ranks' LOCAL_WORLD_SIZE
     (or the deepspeed launcher's LOCAL_SIZE) and their local ranks; global rank = a present rank's RANK - LOCAL_RANK
     + the missing local rank (launchers number a node's ranks contiguously)."""
-    from dsdoctor.checks.hang.procs import gone_children
+    from dsdoctor.checks.hang.procs import common_parent, gone_children
 
     local_world = max((r.local_world_size or 0 for r in ranks), default=0)
     present = {r.local_rank for r in ranks if r.local_rank is not None}
     base = next((r.rank - r.local_rank for r in ranks if r.rank is not None and r.local_rank is not None), None)
     if not local_world or base is None or local_world > 100_000:
         return []
-    parent = launcher["pid"] if launcher else _common_parent(ranks)  # a launcher of one's own: the ranks' parent
+    parent = launcher["pid"] if launcher else common_parent(ranks)  # a launcher of one's own: the ranks' parent
     zombies = gone_children(parent) if parent else []
     gone = []
     for local in range(local_world):
         if local in present:
             continue
         evidence = (f"no process of local rank {local} of {local_world}"
-                    + (f" under the launcher (pid {launcher['pid']}: {_tail(launcher['cmdline'], 80)})" if launcher
+                    + (f" under the launcher (pid {launcher['pid']}: {tail(launcher['cmdline'], 80)})" if launcher
                        else ""))
         if zombies:
             evidence += "; the launcher's exited children: " + ", ".join(
@@ -94,58 +95,6 @@ def _gone(ranks, launcher) -> list[dict]:
                 for z in zombies)
         gone.append({"rank": base + local, "local_rank": local, "evidence": evidence})
     return gone
-
-
-def _polling(record: dict) -> bool:
-    """A loop that waits by polling (``while not os.path.exists(f): time.sleep(0.05)``, a lock file's retry): its
-    stack alternates between the loop's lines, but it sleeps on a timer now (wchan), neither reads nor writes
-    (/proc's counters did not move) and burns no CPU: that is no progress."""
-    from dsdoctor.checks.hang.verdict import NANOSLEEP
-
-    activity = record.get("activity") if isinstance(record.get("activity"), dict) else {}
-    return (record.get("proc") or {}).get("wchan") in NANOSLEEP and not activity.get("moving") \
-        and not record.get("busy")
-
-
-def _running_children(pid: int, most: int = 4) -> list[dict]:
-    """The live (not zombie) child processes of a rank that waits for a child (wait4 in the kernel: a
-    ``subprocess.run`` of an evaluation, a conversion, a shell command): ``[{"pid", "cmdline"}]``."""
-    import psutil
-
-    from dsdoctor.checks.hang.procs import _cmdline
-
-    out = []
-    try:
-        for child in psutil.Process(pid).children():
-            try:
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    out.append({"pid": child.pid, "cmdline": _tail(_cmdline(child), 80)})
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        return []
-    return out[:most]
-
-
-def _common_parent(ranks) -> int | None:
-    """The parent PID every rank shares (a launcher dsdoctor does not know by name), or None (init's, or several)."""
-    import psutil
-
-    parents = set()
-    for rank in ranks:
-        try:
-            parents.add(psutil.Process(rank.pid).ppid())
-        except psutil.Error:
-            return None
-    return parents.pop() if len(parents) == 1 and 1 not in parents else None
-
-
-def _tail(text: str, most: int) -> str:
-    """A command line shown in ``most`` characters: its start and its end (the script and its arguments tell two jobs
-    apart), an ellipsis between."""
-    if len(text) <= most:
-        return text
-    return text[:most // 2 - 1] + "\u2026" + text[-(most - most // 2):]
 
 
 def _record(rank, threads, error, proc, gpu, host, watched: dict | None = None) -> dict:
@@ -166,11 +115,12 @@ def _record(rank, threads, error, proc, gpu, host, watched: dict | None = None) 
             "threads": threads, "workers": []}
 
 
-def _watch(pids: list[int], interval: float, wait: float, native: bool, timeout: float) -> dict[int, dict]:
+def _watch(pids: list[int], interval: float, wait: float, timeout: float) -> dict[int, dict]:
     """Sample every rank (its stack with py-spy, its /proc counters) every :data:`SAMPLE_EVERY` seconds for at least
     ``interval`` seconds, and on until every rank has moved within the last ``interval`` seconds or ``wait`` seconds
     have passed: a step longer than --interval (a large matmul, a rank that evaluates while the others wait) is seen
-    to end, and a hang costs the whole ``wait``. Per pid: ``{"samples", "advancing", "stack_changed", "activity":
+    to end, and a hang costs the whole ``wait``. The samples are read without pausing the ranks (py-spy
+    --nonblocking, Python frames only): pausing one wakes its threads, which /proc's counters would count. Per pid: ``{"samples", "advancing", "stack_changed", "activity":
     {"wakeups", "syscalls", "seconds", "moving"}, "last_moved_s": seconds before the end, "window_s"}``."""
     from dsdoctor.checks.hang.procs import activity, moved
     from dsdoctor.checks.hang.stacks import main_thread, py_spy, signature
@@ -194,11 +144,13 @@ def _watch(pids: list[int], interval: float, wait: float, native: bool, timeout:
                 if sig is not None:
                     samples[pid] += 1
                     if last_sig.get(pid) is not None and sig != last_sig[pid]:
-                        last_moved[pid], _ = now, by[pid].add("stack")
+                        last_moved[pid] = now
+                        by[pid].add("stack")
                     last_sig[pid] = sig
             after = activity(pid)
             if moved(reading[pid], after):
-                last_moved[pid], _ = now, by[pid].add("io")
+                last_moved[pid] = now
+                by[pid].add("io")
             reading[pid] = after if after is not None else reading[pid]
         elapsed = now - start
         if elapsed >= max(interval, wait) or (elapsed >= interval and all(
@@ -226,8 +178,9 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     Raises:
         DsdoctorError: not Linux, no rank found, a PID that is no rank, or ranks of several jobs without --pid.
     """
-    from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state
+    from dsdoctor.checks.hang.procs import find_ranks, jobs, launcher_of, oom_kills, proc_state, running_children
     from dsdoctor.checks.hang.stacks import dump, main_thread, own_frame, where
+    from dsdoctor.checks.hang.verdict import WAIT_CHILD, polling
 
     if not sys.platform.startswith("linux") or not os.path.isdir("/proc"):
         raise DsdoctorError("dsdoctor hang reads the ranks' processes through /proc: it runs on Linux only")
@@ -243,8 +196,8 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     if len(grouped) > 1:
         def job_of(group) -> str:
             launcher = launcher_of(group)
-            head = f"launcher pid {launcher['pid']} ({_tail(launcher['cmdline'], 70)})" if launcher else \
-                _tail(group[0].cmdline, 70)
+            head = f"launcher pid {launcher['pid']} ({tail(launcher['cmdline'], 70)})" if launcher else \
+                tail(group[0].cmdline, 70)
             return (f"{head}: ranks {', '.join(str(r.rank) for r in group[:8])}, pids "
                     f"{', '.join(str(r.pid) for r in group[:8])}, MASTER_PORT {group[0].job[1] or '?'}")
 
@@ -256,7 +209,7 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     pids_now = [r.pid for r in ranks]
     cpu_before = {pid: proc_state(pid).get("cpu_seconds") for pid in pids_now}
     started_at = time.monotonic()
-    watched = _watch(pids_now, interval, wait, native, timeout) if interval else {}
+    watched = _watch(pids_now, interval, wait, timeout) if interval else {}
     second = _snapshot(pids_now, native, timeout)
     elapsed = time.monotonic() - started_at
     gpus = _gpus()
@@ -273,13 +226,13 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
         before, after = cpu_before.get(rank.pid), proc.get("cpu_seconds")
         record["busy"] = None if before is None or after is None or elapsed < 0.5 else \
             (after - before) >= BUSY_SHARE * elapsed
-        if record.get("advancing") and _polling(record):
+        if record.get("advancing") and polling(record):
             record["advancing"] = False  # its stack flips between the lines of a loop that waits
             record["polling"] = True
         records.append(record)
     for record, rank in zip(records, ranks):
-        record["subprocesses"] = _running_children(rank.pid) if (record.get("proc") or {}).get("wchan") in \
-            ("do_wait", "kernel_wait4", "__do_sys_wait4") else []
+        record["subprocesses"] = running_children(rank.pid) \
+            if (record.get("proc") or {}).get("wchan") in WAIT_CHILD else []
         if record["position"]["state"] == "dataloader":  # what its workers wait on is the cause
             for child in rank.children[:MAX_WORKERS_READ]:
                 threads, error = dump(child, native=native, timeout=timeout)
@@ -290,11 +243,12 @@ def snapshot_node(pids: list[int] | None, interval: float, timeout: float, nativ
     from dsdoctor.checks.hang.flight import of_ranks
 
     # the Flight Recorder's view, where the job records it (every rank asked at once through its pipe, if any)
-    recorded = of_ranks([(rank.flight_env, rank.rank, rank.started) for rank in ranks], wait_s=max(10.0, timeout))
+    recorded, analysis = of_ranks([(rank.flight_env, rank.rank, rank.started) for rank in ranks],
+                                  wait_s=max(10.0, timeout))
     for record, flight in zip(records, recorded):
         record["flight_recorder"] = flight
     node = {"host": host, "launcher": launcher, "gone": _gone(ranks, launcher), "oom_kills": [],
-            "dmesg_error": None}
+            "dmesg_error": None, "flight_analysis": analysis}
     if node["gone"]:
         node["oom_kills"], node["dmesg_error"] = oom_kills()
     return records, node
@@ -417,7 +371,7 @@ def _kill(records: list[dict], launcher: dict | None, grace: float = 10.0) -> li
     procs = []
     if launcher is not None:
         try:
-            procs.append(({"rank": None, "what": f"the launcher ({_tail(launcher['cmdline'], 60)})"},
+            procs.append(({"rank": None, "what": f"the launcher ({tail(launcher['cmdline'], 60)})"},
                           psutil.Process(launcher["pid"])))
         except psutil.Error:
             pass
@@ -441,6 +395,52 @@ def _kill(records: list[dict], launcher: dict | None, grace: float = 10.0) -> li
             pass
     return [f"{r.get('what') or 'rank ' + str(r.get('rank'))} (pid {p.pid}): "
             f"{'SIGKILL after ' + format(grace, 'g') + ' s' if p in alive else 'SIGTERM'}" for r, p in procs]
+
+
+def _kill_refusal(records: list[dict], findings: list, interval: float | None) -> str | None:
+    """Why --kill stops nothing, or None to stop the job: never on one snapshot, nor while a rank moved, is stopped
+    (HANG909: ``kill -CONT``), waits for a subprocess that still runs, is in one long timed sleep, or burns CPU (a
+    step longer than the window and a stuck one look alike), nor when no finding is an error."""
+    from dsdoctor.checks.hang.verdict import asleep, spans
+
+    def who(group: list[dict]) -> str:
+        return spans([r.get("rank") for r in group]) or "a rank"
+
+    moving = [r for r in records if r.get("advancing")]
+    busy = [r for r in records if r.get("busy") and not r.get("advancing")]
+    paused = [r for r in records if (r.get("proc") or {}).get("status") in ("stopped", "tracing-stop")]
+    parents = [r for r in records if r.get("subprocesses")]
+    sleeping = [r for r in records if asleep(r) and r.get("position", {}).get("state") != "collective"]
+    unsure = "run again with a longer --wait, or stop the job yourself (`kill PID`) if you are sure"
+    if not interval:
+        return ("nothing stopped: one snapshot (--interval 0) cannot tell a stuck job from a slow step; run "
+                "`dsdoctor hang --kill` without it")
+    if moving and len(moving) == len(records):
+        return (f"nothing stopped: {who(moving)} advanced during the snapshot (a stack changed, or a rank kept waking "
+                "and reading or writing): the job is not stuck; stop it yourself if you mean to")
+    if moving:
+        return (f"nothing stopped: {who(moving)} {'is' if len(moving) == 1 else 'are'} still working (a stack that "
+                f"changes, CPU burnt, or reads and writes) while the others wait: a long step and an endless loop look "
+                f"alike; {unsure}")
+    if paused:
+        return (f"nothing stopped: {who(paused)} {'is' if len(paused) == 1 else 'are'} stopped (SIGSTOP, Ctrl-Z or a "
+                f"debugger): the job is paused, not stuck; continue it (`kill -CONT {paused[0]['pid']}`), or stop it "
+                "yourself")
+    if parents:
+        child = parents[0]["subprocesses"][0]
+        return (f"nothing stopped: rank {parents[0].get('rank')} waits for its subprocess (pid {child['pid']}: "
+                f"{child['cmdline']}), which still runs: a long evaluation or conversion and a stuck one look alike; "
+                f"{unsure}")
+    if sleeping:
+        return (f"nothing stopped: {who(sleeping)} {'sleeps' if len(sleeping) == 1 else 'sleep'} on a timer "
+                f"(time.sleep): a sleep longer than the snapshot and a retry loop that never ends look alike; {unsure}")
+    if busy:
+        return (f"nothing stopped: {who(busy)} kept computing (its CPU time grew) at one line: a step longer than "
+                f"the snapshot and an endless loop look alike; {unsure}")
+    if not any(f.severity == "error" for f in findings):
+        return ("nothing stopped: no finding says the job is stuck (a slow collective or a long step is a warning); "
+                "take another snapshot, or stop the job yourself if you mean to")
+    return None
 
 
 def _table(records: list[dict]) -> list[list[str]]:
@@ -485,52 +485,8 @@ def hang_report(pids: tuple[int, ...] = (), interval: float = 2.0, timeout: floa
     findings = diagnose(records, nodes, interval)
     killed = []
     if kill:
-        from dsdoctor.checks.hang.verdict import spans
-
-        from dsdoctor.checks.hang.verdict import asleep
-
-        moving = [r for r in records if r.get("advancing")]
-        busy = [r for r in records if r.get("busy") and not r.get("advancing")]
-        paused = [r for r in records if (r.get("proc") or {}).get("status") in ("stopped", "tracing-stop")]
-        parents = [r for r in records if r.get("subprocesses")]
-        sleeping = [r for r in records if asleep(r) and r.get("position", {}).get("state") != "collective"]
-        if not interval:
-            killed = ["nothing stopped: one snapshot (--interval 0) cannot tell a stuck job from a slow step; run "
-                      "`dsdoctor hang --kill` without it"]
-        elif moving and len(moving) == len(records):
-            killed = [f"nothing stopped: {spans([r.get('rank') for r in moving]) or 'a rank'} advanced during the "
-                      "snapshot (a stack changed, or a rank kept waking and reading or writing): the job is not stuck; "
-                      "stop it yourself if you mean to"]
-        elif moving:
-            who = spans([r.get("rank") for r in moving]) or "a rank"
-            killed = [f"nothing stopped: {who} {'is' if len(moving) == 1 else 'are'} still working (a stack that "
-                      "changes, CPU burnt, or reads and writes) while the others wait: a long step and an endless "
-                      "loop look alike; run again with a longer --wait, or stop the job yourself (`kill PID`) if you "
-                      "are sure"]
-        elif paused:
-            killed = [f"nothing stopped: {spans([r.get('rank') for r in paused]) or 'a rank'} "
-                      f"{'is' if len(paused) == 1 else 'are'} stopped (SIGSTOP, Ctrl-Z or a debugger): the job is "
-                      f"paused, not stuck; continue it (`kill -CONT {paused[0]['pid']}`), or stop it yourself"]
-        elif parents:
-            r = parents[0]
-            child = r["subprocesses"][0]
-            killed = [f"nothing stopped: rank {r.get('rank')} waits for its subprocess (pid {child['pid']}: "
-                      f"{child['cmdline']}), which still runs: a long evaluation or conversion and a stuck one look "
-                      "alike; run again with a longer --wait, or stop the job yourself if you are sure"]
-        elif sleeping:
-            killed = [f"nothing stopped: {spans([r.get('rank') for r in sleeping]) or 'a rank'} "
-                      f"{'sleeps' if len(sleeping) == 1 else 'sleep'} on a timer (time.sleep): a sleep longer than the "
-                      "snapshot and a retry loop that never ends look alike; run again with a longer --wait, or stop "
-                      "the job yourself (`kill PID`) if you are sure"]
-        elif busy:
-            killed = [f"nothing stopped: {spans([r.get('rank') for r in busy]) or 'a rank'} kept computing (its CPU "
-                      "time grew) at one line: a step longer than the snapshot and an endless loop look alike; run "
-                      "again with a longer --wait, or stop the job yourself (`kill PID`) if you are sure"]
-        elif not any(f.severity == "error" for f in findings):
-            killed = ["nothing stopped: no finding says the job is stuck (a slow collective or a long step is a "
-                      "warning); take another snapshot, or stop the job yourself if you mean to"]
-        else:
-            killed = _kill(records, nodes[0].get("launcher") if nodes else None)
+        refusal = _kill_refusal(records, findings, interval)
+        killed = [refusal] if refusal else _kill(records, nodes[0].get("launcher") if nodes else None)
     report = Report("hang", findings=findings,
                     result={"nodes": nodes, "ranks": records, "interval_s": interval,
                             "seconds": round(time.perf_counter() - start, 2), "killed": killed})
