@@ -260,6 +260,7 @@ COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
             "estimate": "dsdoctor.commands.estimate", "explain": "dsdoctor.commands.explain",
             "hang": "dsdoctor.commands.hang",
             "nccl": "dsdoctor.commands.nccl",
+            "preflight": "dsdoctor.commands.preflight",
             "rules": "dsdoctor.commands.rules",
             "smoke": "dsdoctor.commands.smoke"}
 

@@ -4,7 +4,7 @@ Rules are declared next to the checks that raise them (one module per family in 
 ``dsdoctor.checks``) with :func:`rule`; :func:`catalogue` imports the families and returns them all.
 IDs are a family prefix plus digits (``DS1xx`` config, ``HF2xx`` Trainer, ``ENV3xx`` environment,
 ``NET4xx`` network, ``MEM5xx`` memory, ``TRN6xx`` training smoke, ``DATA7xx`` data, ``LOG8xx`` failed-run logs with
-no preflight rule, ``HANG9xx`` a live job's hang) and are never reused.
+no preflight rule, ``HANG9xx`` a live job's hang, ``PRE0xx`` a launch line) and are never reused.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dsdoctor.report import SEVERITY_RANK, Finding
 #: Modules that declare rules; importing them must stay cheap (no torch, no deepspeed).
 FAMILIES = ("dsdoctor.checks.deepspeed_config", "dsdoctor.checks.hf_trainer", "dsdoctor.checks.training", "dsdoctor.checks.data",
             "dsdoctor.checks.network", "dsdoctor.checks.memory",
-            "dsdoctor.checks.environment", "dsdoctor.checks.logs", "dsdoctor.checks.hang")
+            "dsdoctor.checks.environment", "dsdoctor.checks.logs", "dsdoctor.checks.hang",
+            "dsdoctor.checks.preflight")
 
 _RULES: dict[str, Rule] = {}
 

@@ -139,15 +139,16 @@ def read_config_or_training_file(config_path: str, schema: dict | None = None):
 def run_check(config_path: str, world_size: int | None = None, launch: str = "engine", hf_args: str | None = None,
               gpu: str | None = None, model: str | None = None, client_optimizer: bool = False,
               fix: str | None = None, deep: bool = False, gpu_cc: str | None = None,
-              transformers: str | None = None) -> Report:
+              transformers: str | None = None, hf_values: dict | None = None, hf_label: str = "") -> Report:
     """Check a ds_config file; the body of ``dsdoctor check``.
 
     Returns a Report whose ``result`` holds ``world_size`` (and its source), ``launch``, ``effective`` (the config
     after the Trainer's fills and DeepSpeed's derivation and defaults), ``batch`` (the derived triple),
     ``provenance`` (user / default / derived / auto per value), ``changes`` (what ``--fix`` writes) and
     ``schema``. ``transformers``: the transformers version of the training run ("4.57.6", or "installed": the one
-    here), for the TrainingArguments fields that depend on it (HF205). Raises DsdoctorError on bad input (one line,
-    exit 2).
+    here), for the TrainingArguments fields that depend on it (HF205). ``hf_values``: TrainingArguments values
+    already read (``dsdoctor preflight`` reads them off the launch line), in place of ``hf_args``'s file, named
+    ``hf_label`` in messages. Raises DsdoctorError on bad input (one line, exit 2).
     """
     from dsdoctor.checks.deepspeed_config import CheckContext, check_config, load_schema
     from dsdoctor.configfile import read_hf_args
@@ -157,7 +158,7 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     if client_optimizer and launch == "trainer":
         raise DsdoctorError("--client-optimizer goes with --launch engine (under the Trainer, an optimizer block "
                             "in the config decides it)")
-    if hf_args is not None and launch != "trainer":
+    if (hf_args is not None or hf_values is not None) and launch != "trainer":
         raise DsdoctorError("--hf-args goes with --launch trainer")
     run_transformers, transformers_source = resolve_transformers(transformers)
     if run_transformers is not None and launch != "trainer":
@@ -165,11 +166,11 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
     schema, schema_note = load_schema()
     parsed = read_config_or_training_file(config_path, schema)
     config = parsed.config
-    args = read_hf_args(hf_args) if hf_args is not None else None
+    args = read_hf_args(hf_args) if hf_args is not None else hf_values
     if args is not None:
         from dsdoctor.checks.deepspeed_config.training_file import hf_args_message
 
-        message = hf_args_message(args, hf_args)
+        message = hf_args_message(args, hf_args or hf_label)
         if message:
             raise DsdoctorError(message)
     seen = visible_gpus() if (gpu == "auto" or world_size is None) and not os.environ.get("WORLD_SIZE") else []

@@ -1,0 +1,86 @@
+"""Preflight checks (``PRE0xx``): what a launch line itself gets wrong, and the one verdict of ``dsdoctor preflight``."""
+
+from __future__ import annotations
+
+from dsdoctor.rules import rule
+
+PRE001 = rule(
+    "PRE001", "ok", "Verdict",
+    what="The one answer of `dsdoctor preflight`: GO (nothing found at warning or above), GO with warnings, or "
+         "NO-GO (an error: the run would crash, or not fit, or train on nothing), with the fixes in the order "
+         "that unblocks the run.",
+    why="Five commands' findings are one decision before a run of a day.",
+    fix="Fix the blocking findings first, in the order given; then rerun `dsdoctor preflight` with the same line.",
+    source="dsdoctor's own sections: check, estimate, env, data")
+PRE010 = rule(
+    "PRE010", "info", "The run the launch line starts",
+    what="What was read off the line, its files and the script's literal values: launcher, world size, nodes, "
+         "the loop (Trainer or engine), model, method, micro batch, sequence length, DeepSpeed config.",
+    why="Every later section uses these values; a wrong one here makes every verdict wrong.",
+    fix="Where a value is wrong, give it: `--set key=value` (e.g. --set per_device_train_batch_size=2).",
+    source="deepspeed/launcher/runner.py, torch/distributed/run.py, accelerate/commands/launch.py parsers")
+PRE011 = rule(
+    "PRE011", "error", "deepspeed --num_nodes > 1 without a hostfile",
+    what="The deepspeed launcher is given --num_nodes above 1 and no hostfile exists (--hostfile, default "
+         "/job/hostfile).",
+    why="DeepSpeed refuses it before any rank starts: ValueError('Num nodes is >1 but no extra nodes available "
+        "via hostfile'). The same line run on each node (--node_rank) does not make it multi-node.",
+    fix="Write a hostfile (one `host slots=N` line per node) and launch once from the first node with "
+        "--hostfile, or run torchrun on each node (--nnodes N --node_rank R --master_addr A).",
+    source="deepspeed/launcher/runner.py main(); checked with DeepSpeed 0.19.8",
+    example="deepspeed --num_nodes 2 --num_gpus 8 --node_rank 0 --master_addr 10.0.0.1 train.py")
+PRE012 = rule(
+    "PRE012", "error", "deepspeed --num_gpus/--num_nodes with --include/--exclude",
+    what="The deepspeed launcher is given --num_gpus or --num_nodes together with --include or --exclude.",
+    why="DeepSpeed refuses it: ValueError('Cannot specify num_nodes/gpus with include/exclude').",
+    fix="Keep one: --include localhost:0,1 (which GPUs) or --num_gpus 2 (how many).",
+    source="deepspeed/launcher/runner.py main(); checked with DeepSpeed 0.19.8")
+PRE013 = rule(
+    "PRE013", "warning", "CUDA_VISIBLE_DEVICES ignored by the deepspeed launcher",
+    what="CUDA_VISIBLE_DEVICES is set while the deepspeed launcher gets --num_gpus, --num_nodes, --include or "
+         "--exclude.",
+    why="The launcher then ignores CUDA_VISIBLE_DEVICES and deletes it ('Detected VISIBLE_DEVICES=... but "
+        "ignoring it'): the run takes GPUs 0..N-1, which may be another job's.",
+    fix="Select the GPUs with --include localhost:2,3 instead (and drop CUDA_VISIBLE_DEVICES and --num_gpus).",
+    source="deepspeed/launcher/runner.py main()")
+PRE014 = rule(
+    "PRE014", "error", "A file the run opens does not exist",
+    what="The script, the tool's config, the DeepSpeed config or the hostfile that the line (or the script's own "
+         "literal values) names is not where the launch will look: relative paths are opened from the directory "
+         "the launch runs in.",
+    why="The run fails when it opens the file, often after the model has loaded.",
+    fix="Give the path from the directory you launch in (or an absolute path); `--workdir DIR` tells preflight "
+        "where you launch from.",
+    source="transformers TrainingArguments(deepspeed=...) and deepspeed.initialize(config=...) open the path as "
+           "given")
+PRE015 = rule(
+    "PRE015", "info", "Arguments preflight did not read",
+    what="Names on the line or in the tool's config that are neither one dsdoctor reads nor a TrainingArguments "
+         "field nor a known key of the tool.",
+    why="They are listed, not guessed: if one of them sets the batch, the sequence length or the model, the "
+        "sections below did not see it.",
+    fix="Give what one of them means with --set (e.g. --set per_device_train_batch_size=4), or ignore them if "
+        "they change none of those.",
+    source="dsdoctor/preflight/settings.py ALIASES")
+PRE016 = rule(
+    "PRE016", "warning", "python starts one process",
+    what="The line runs the script with plain `python` on a machine with several GPUs.",
+    why="One process trains on one GPU: the others stay idle, and DeepSpeed runs with world size 1.",
+    fix="Launch with `deepspeed --num_gpus N script.py ...` or `torchrun --nproc_per_node N script.py ...`.",
+    source="torch.distributed: a world of one process unless a launcher starts more")
+PRE020 = rule(
+    "PRE020", "info", "Time to train",
+    what="Optimizer steps (samples x epochs / global batch, or max_steps) times the step time: measured by "
+         "--probe, else from a FLOPs model against the GPU's dense 16-bit peak and a measured MFU.",
+    why="A run of a day is planned on this number.",
+    fix="For a measured step time, add --probe (a short smoke on this machine).",
+    source="FLOPs per token: 6N full, 4N + 2N_trainable adapters (Chowdhery et al. 2022, appendix B); "
+           "recomputation +2N with gradient checkpointing")
+PRE002 = rule(
+    "PRE002", "warning", "A section of preflight could not run",
+    what="check, estimate, env or the data audit could not run with what the line gives: no DeepSpeed config, "
+         "no model, a world size that depends on GPUs this machine cannot see, a model estimate cannot count.",
+    why="The verdict says nothing about what that section checks (the config, the memory, the data): it is "
+        "inconclusive there, not clean.",
+    fix="Give the missing value (--set key=value, --gpus N, --gpu NAME), or run the section's own command.",
+    source="dsdoctor preflight")

@@ -1,0 +1,170 @@
+"""``dsdoctor preflight -- CMD...``: one verdict for the run a launch line starts, before it starts.
+
+The line is read, never executed (:mod:`dsdoctor.preflight.cmdline`); the script is read with ``ast``, never
+imported (:mod:`dsdoctor.preflight.script`); then ``check``, ``estimate`` and ``env`` run as their own commands do,
+with the values found (:mod:`dsdoctor.preflight.sections`), and their findings are ranked into GO, GO with warnings
+or NO-GO: what makes the run crash at the launcher or at ``deepspeed.initialize`` first, then what makes it run out
+of memory, then the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from dsdoctor.cli import report_command
+from dsdoctor.report import SEVERITY_RANK, DsdoctorError, Finding, Report
+
+#: the order in which blocking findings are fixed: the launcher refuses the line before any rank starts, then
+#: DeepSpeed refuses the config at initialize, then the environment (an op that does not build, a port taken), then
+#: memory (after the model has loaded), then data
+_FAMILY_ORDER = ("PRE", "NET", "DS", "HF", "ENV", "MEM", "DATA", "TRN", "LOG", "HANG")
+
+
+def _rank(finding: Finding) -> tuple[int, int]:
+    family = next((i for i, prefix in enumerate(_FAMILY_ORDER) if finding.id.startswith(prefix)), len(_FAMILY_ORDER))
+    return -SEVERITY_RANK[finding.severity], family
+
+
+def _parse_sets(sets: tuple[str, ...]) -> list[tuple[str, object]]:
+    from dsdoctor.preflight.settings import coerce
+
+    out = []
+    for item in sets:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise DsdoctorError(f"--set {item!r}: give KEY=VALUE (e.g. --set per_device_train_batch_size=2)")
+        key, value = item.split("=", 1)
+        out.append((key.strip(), coerce(value)))
+    return out
+
+
+def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: str, gpus: int | None,
+                  gpu: str | None, samples: int | None) -> Report:
+    """The body of ``dsdoctor preflight``. Raises DsdoctorError for a line that cannot be read (no script, not a
+    launcher, a config that is not the tool's)."""
+    from dsdoctor.checks import preflight as rules
+    from dsdoctor.preflight import sections
+    from dsdoctor.preflight.cmdline import parse_launch
+    from dsdoctor.preflight.datafiles import count_samples, dataset_files
+    from dsdoctor.preflight.plan import build_plan
+
+    started = time.perf_counter()
+    where = Path(workdir).expanduser()
+    if not where.is_dir():
+        raise DsdoctorError(f"--workdir {workdir}: not a directory")
+    launch = parse_launch(command)
+    plan = build_plan(launch, where, sets, gpus, rules)
+    method, method_source = sections.method_of(plan)
+    model = plan.settings.get("model")
+    model_name = model.value if model is not None and isinstance(model.value, str) else None
+    line_findings = list(plan.problems)
+    if plan.settings.unknown:
+        line_findings.append(rules.PRE015.finding(", ".join(plan.settings.unknown[:40])
+                                                  + (" ..." if len(plan.settings.unknown) > 40 else "")))
+    check_findings, check_result = sections.check_section(plan, gpu, model_name, rules)
+    estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules)
+    env_findings, env_result = sections.env_section(plan, model_name, method, rules)
+    files, data_notes = dataset_files(plan)
+    counted = [count_samples(f) for f in files]
+    if samples is None and files and all(c is not None for c in counted):
+        samples = sum(counted)
+        max_samples = plan.settings.value("max_samples")
+        if isinstance(max_samples, int) and max_samples > 0:  # LLaMA-Factory: at most this many per dataset
+            samples = sum(min(c, max_samples) for c in counted)
+    eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections)
+
+    setup = (estimate_result or {}).get("setup") or {}
+    summary = rules.PRE010.finding(
+        f"{launch.launcher}{' (' + launch.source + ')' if launch.source else ''}; world size "
+        f"{plan.world_size if plan.world_size is not None else 'unknown'} ({plan.world_source}); "
+        f"{plan.nodes} node(s); loop: {plan.kind} ({plan.kind_source}); model: {model_name or 'not found'}; "
+        f"method: {method} ({method_source}); DeepSpeed config: {plan.deepspeed or 'none found'}"
+        + (f"; micro batch {setup.get('micro_batch')} x accumulation {setup.get('gradient_accumulation_steps')} x "
+           f"world {setup.get('world_size')}, sequence {setup.get('seq_len')}" if setup else ""))
+    ranked = sorted(line_findings + check_findings + env_findings + estimate_findings, key=_rank)
+    blocking = [f for f in ranked if f.severity == "error"]
+    warnings = [f for f in ranked if f.severity == "warning"]
+    if blocking:
+        verdict, severity = "NO-GO", "error"
+    elif warnings:
+        verdict, severity = "GO with warnings", "warning"
+    else:
+        verdict, severity = "GO", "ok"
+    first = blocking or warnings
+    fixes = " ".join(f"{i}. {f.id}: {f.fix}" for i, f in enumerate(first[:6], start=1))
+    report = Report("preflight")
+    report.add(rules.PRE001.finding(
+        f"{verdict}: {len(blocking)} blocking, {len(warnings)} warning(s)"
+        + (f"; fix first: {', '.join(f.id for f in first[:6])}" if first else ""),
+        severity=severity, title=verdict, fix=fixes))
+    for finding in [f for f in ranked if f.severity in ("error", "warning")]:
+        report.add(finding)
+    report.add(summary)
+    report.add(eta_finding)
+    for finding in [f for f in ranked if f.severity not in ("error", "warning")]:
+        report.add(finding)
+    report.result = {
+        "verdict": verdict, "plan": plan.to_dict(), "method": method, "method_source": method_source,
+        "estimate_inputs": {k: {"value": v, "source": s} for k, (v, s) in estimate_inputs.items()},
+        "check": check_result, "estimate": estimate_result, "env": env_result,
+        "data": {"files": [str(f) for f in files], "samples": samples, "notes": data_notes},
+        "eta": eta, "seconds": round(time.perf_counter() - started, 3)}
+    given = [[name, str(s.value)[:80], s.source] for name, s in plan.settings.given.items()
+             if not s.source.startswith("default ")]
+    if given:
+        report.tables.append(("what the line, its files and the script set", ["name", "value", "from"], given))
+    if eta:
+        report.tables.append(("ETA", ["", ""], [[k, str(v)] for k, v in eta.items()]))
+    report.block = env_result.get("paste_block", []) if env_result else []
+    report.block_title = "Environment (paste into a bug report)" if report.block else ""
+    return report
+
+
+def _eta(plan, estimate_result: dict | None, samples: int | None, rules, sections) -> tuple[Finding, dict]:
+    """PRE020: steps x estimate's modelled step time (its ``step_time_s``: FLOPs at the GPU's dense peak times the
+    MFU of ``dsdoctor.checks.memory.speed.Rates``, plus recomputation, communication and offload copies)."""
+    if not estimate_result or "step_time_s" not in estimate_result:
+        return rules.PRE020.finding("inconclusive: no step time (the estimate did not run)",
+                                    title="Time to train: inconclusive"), {}
+    setup = estimate_result.get("setup") or {}
+    world, micro = setup.get("world_size") or 1, setup.get("micro_batch") or 1
+    accum = setup.get("gradient_accumulation_steps") or 1
+    steps, how = sections.steps_of(plan, samples, world, micro, accum)
+    step_s = estimate_result["step_time_s"].get("total")
+    basis = estimate_result.get("step_time_basis", "")
+    if steps is None or not step_s:
+        return rules.PRE020.finding(f"inconclusive: {how}", title="Time to train: inconclusive",
+                                    fix="Give --samples N (the training set's size), or max_steps."), \
+            {"step_time_s": step_s, "steps": None, "basis": basis}
+    total = steps * step_s
+    eta = {"steps": steps, "steps_from": how, "step_time_s": round(step_s, 3),
+           "step_time_from": f"FLOPs model: {basis}, every sample at the full sequence length "
+                             f"{setup.get('seq_len')} (shorter samples train faster)",
+           "total_s": round(total, 1), "total": sections.human_seconds(total)}
+    return rules.PRE020.finding(
+        f"{steps:,} optimizer steps x {step_s:.2f} s = {sections.human_seconds(total)} ({how}; step time from the "
+        f"FLOPs model: {basis}, samples at the full sequence length)",
+        title=f"Time to train: about {sections.human_seconds(total)} (modelled)"), eta
+
+
+@click.command("preflight", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set a value the line does not give, or override one (e.g. --set per_device_train_batch_size=2).")
+@click.option("--workdir", default=".", show_default=True, metavar="DIR",
+              help="The directory the launch runs in: relative paths on the line are opened from there.")
+@click.option("--gpus", type=click.IntRange(1, 1024), default=None,
+              help="GPUs per node, where the line says 'all of them' and none is visible here.")
+@click.option("--gpu", default=None, metavar="NAME", help="The GPU model (A100-80GB, RTX 4090), where none is visible here.")
+@click.option("--samples", type=click.IntRange(1), default=None,
+              help="Training samples, for the ETA, when the data file is not readable here.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
+@report_command
+def preflight(command, sets, workdir, gpus, gpu, samples) -> Report:
+    """One verdict for the run your launch line starts: will it start, fit, train, and how long it will take.
+    Nothing is executed."""
+    if not command:
+        raise DsdoctorError("no launch line: give it after `--`, e.g. "
+                            "`dsdoctor preflight -- deepspeed --num_gpus 4 train.py --deepspeed ds.json`")
+    return run_preflight(list(command), _parse_sets(sets), workdir, gpus, gpu, samples)

@@ -1,0 +1,315 @@
+"""Reading a user's launch line without running it: which launcher, how many processes on how many nodes, where the
+rendezvous is, which script with which arguments, and which tool config file.
+
+The launchers' own options come from their argparse parsers (``launchers.json``, written by
+:mod:`dsdoctor.preflight.generate` from DeepSpeed's ``runner.py``, torch's ``run.py`` and accelerate's
+``launch.py``), and the line is parsed by an ``argparse`` parser rebuilt from them, so abbreviations, ``--opt=value``
+and the script's position are read exactly as the launcher reads them. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dsdoctor.report import DsdoctorError
+
+#: shell operators that end the command: what follows (``| tee log``, ``> out 2>&1``, ``&& echo done``) is not it
+_ENDS = re.compile(r"^(\||\|\||&&|;|&|>>?|\d>>?|\d>&\d|&>|<)")
+#: words a line may start with before the launcher itself
+_PREFIX_WORDS = {"nohup", "exec", "time", "env", "sudo", "srun", "command"}
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_PYTHON = re.compile(r"^(?:.*/)?python(?:\d+(?:\.\d+)?)?$")
+
+
+@functools.lru_cache(maxsize=1)
+def launcher_specs() -> dict:
+    """The shipped launcher options (``launchers.json``): {launcher: {version, source, options, positionals}}."""
+    return json.loads(Path(__file__).with_name("launchers.json").read_text())
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage and exits; here it is one line for the caller
+        raise ValueError(message)
+
+
+@functools.lru_cache(maxsize=None)
+def _parser(launcher: str) -> argparse.ArgumentParser:
+    """An argparse parser with ``launcher``'s options and positionals, every value kept as text."""
+    spec = launcher_specs()[launcher]
+    parser = _Parser(prog=launcher, add_help=False, allow_abbrev=spec["allow_abbrev"])
+    for option in spec["options"]:
+        nargs = option["nargs"]
+        if nargs == 0:
+            parser.add_argument(*option["strings"], dest=option["dest"], action="store_true", default=None)
+        elif nargs == 1:
+            parser.add_argument(*option["strings"], dest=option["dest"], default=None)
+        else:
+            parser.add_argument(*option["strings"], dest=option["dest"], nargs=nargs, default=None)
+    if launcher == "torchrun":  # torch.distributed.launch (the legacy module) is run.py's parser plus --use-env
+        parser.add_argument("--use-env", "--use_env", dest="use_env", action="store_true", default=None)
+    first, rest = spec["positionals"]
+    parser.add_argument(first["dest"], nargs=None)
+    parser.add_argument(rest["dest"], nargs=argparse.REMAINDER)
+    return parser
+
+
+@dataclass
+class Launch:
+    """A launch line, read.
+
+    Attributes:
+        launcher: ``deepspeed``, ``torchrun``, ``accelerate``, ``python``, ``llamafactory`` or ``axolotl``.
+        line: the command's words as given (environment assignments excluded).
+        env: the ``VAR=value`` assignments before the command (``CUDA_VISIBLE_DEVICES=0,1``).
+        options: the launcher's own options by argparse ``dest``, as text (``{"num_gpus": "4"}``); flags are True.
+        script: the training script's path, or a module name when ``module`` is True; None for a tool's CLI.
+        module: the script is ``-m module``.
+        script_args: the words after the script.
+        tool_config: the YAML or JSON file LLaMA-Factory's or axolotl's CLI takes, or a config file the script
+            takes as its only argument (``HfArgumentParser.parse_yaml_file``).
+        overrides: ``key=value`` words after a LLaMA-Factory YAML (its CLI merges them over the file).
+        source: where the line was read from (a shell script's path and line), or "" for the command line.
+    """
+
+    launcher: str
+    line: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    options: dict[str, object] = field(default_factory=dict)
+    script: str | None = None
+    module: bool = False
+    script_args: list[str] = field(default_factory=list)
+    tool: str | None = None
+    tool_config: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"launcher": self.launcher, "line": self.line, "env": self.env, "options": self.options,
+                "script": self.script, "module": self.module, "script_args": self.script_args, "tool": self.tool,
+                "tool_config": self.tool_config, "overrides": self.overrides, "source": self.source}
+
+
+def words_of(text: str) -> list[str]:
+    """The words of the first command in a pasted ``text``: backslash-newline continuations joined, ``#`` comments
+    dropped, cut at the first shell operator (``|``, ``&&``, ``;``, ``>``, ``2>&1``). Raises DsdoctorError on
+    unbalanced quotes."""
+    text = re.sub(r"\\\r?\n", " ", text)
+    try:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars="|&;<>")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        words = list(lexer)
+    except ValueError as exc:
+        raise DsdoctorError(f"cannot read the launch line: {exc} (unbalanced quotes?)") from None
+    out = []
+    for word in words:
+        if _ENDS.match(word) or word == "\n":
+            break
+        out.append(word)
+    # a line ending in a redirect's file descriptor ("2" before ">&1") leaves that digit: drop it
+    if out and out[-1].isdigit() and len(out) < len(words) and _ENDS.match(words[len(out)] or ""):
+        out.pop()
+    return out
+
+
+def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    env = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        match = _ASSIGNMENT.match(word)
+        if match:
+            env[match.group(1)] = match.group(2)
+        elif word in _PREFIX_WORDS:
+            pass
+        elif word == "export":  # `export X=1 && ...` is cut at &&; `export X=1 deepspeed` is not a launch
+            pass
+        else:
+            break
+        i += 1
+    return env, words[i:]
+
+
+def _argparse(launcher: str, words: list[str]) -> argparse.Namespace:
+    try:
+        return _parser(launcher).parse_args(words)
+    except ValueError as exc:
+        message = str(exc)
+        if "required" in message:
+            raise DsdoctorError(f"the launch line names no script: `{shlex.join([launcher] + words)[:160]}` "
+                                f"({launcher} needs the training script after its own options)") from None
+        raise DsdoctorError(f"{launcher} would refuse this line: {message}") from None
+
+
+def _from_launcher(launcher: str, words: list[str], env: dict, line: list[str]) -> Launch:
+    ns = _argparse(launcher, words)
+    spec = launcher_specs()[launcher]
+    first, rest = spec["positionals"]
+    script = getattr(ns, first["dest"])
+    script_args = list(getattr(ns, rest["dest"]) or [])
+    options = {k: v for k, v in vars(ns).items() if v is not None and k not in (first["dest"], rest["dest"])}
+    module = bool(options.get("module"))
+    launch = Launch(launcher=launcher, line=line, env=env, options=options, script=script, module=module,
+                    script_args=script_args)
+    _tool_from_script(launch)
+    return launch
+
+
+def _tool_from_script(launch: Launch) -> None:
+    """A tool's entry point named as the script: ``-m axolotl.cli.train cfg.yml``, LLaMA-Factory's
+    ``src/train.py cfg.yaml`` or its ``launcher.py`` (what ``llamafactory-cli`` runs under torchrun)."""
+    script, args = launch.script or "", launch.script_args
+    name = script if launch.module else Path(script).name
+    if launch.module and name.startswith("axolotl.cli"):
+        launch.tool = "axolotl"
+    elif launch.module and name.startswith(("llamafactory", "llmtuner")):
+        launch.tool = "llamafactory"
+    elif not launch.module and ("llamafactory" in script or "LLaMA-Factory" in script or "llmtuner" in script
+                                or name in ("train_bash.py", "launcher.py") or
+                                (name == "train.py" and Path(script).parent.name == "src" and args
+                                 and args[0].endswith((".yaml", ".yml", ".json")))):
+        launch.tool = "llamafactory"
+    if args and not args[0].startswith("-") and args[0].endswith((".yaml", ".yml", ".json")):
+        launch.tool_config = args[0]
+        rest = args[1:]
+        launch.overrides = [a for a in rest if "=" in a and not a.startswith("-")]
+        launch.script_args = [a for a in rest if a not in launch.overrides]
+
+
+def parse_launch(command: list[str]) -> Launch:
+    """Read ``command`` (the words after ``dsdoctor preflight --``, or one pasted string holding the whole line)
+    into a :class:`Launch`. ``bash run.sh`` / ``sh run.sh`` read the launch line inside the shell script
+    (:func:`from_shell_script`).
+
+    Raises:
+        DsdoctorError: an empty line, a line with no script, a launcher option the launcher would refuse, a shell
+            script that does not exist or holds no launch line.
+    """
+    words = list(command)
+    if len(words) == 1 and (any(c.isspace() for c in words[0]) or "=" in words[0].split("/")[0]):
+        words = words_of(words[0])
+    env, words = _split_env(words)
+    if not words:
+        raise DsdoctorError("no launch line: give it after `--`, e.g. "
+                            "`dsdoctor preflight -- deepspeed --num_gpus 4 train.py --deepspeed ds.json`")
+    line = list(words)
+    head, rest = words[0], words[1:]
+    name = Path(head).name
+    if name in ("bash", "sh", "zsh") and rest:
+        return from_shell_script(rest[0], env)
+    if name.endswith(".sh") and not rest:
+        return from_shell_script(head, env)
+    if _PYTHON.match(head) and rest[:1] == ["-m"] and len(rest) > 1:
+        module, margs = rest[1], rest[2:]
+        if module in ("torch.distributed.run", "torch.distributed.launch"):
+            launch = _from_launcher("torchrun", margs, env, line)
+            if module == "torch.distributed.launch":
+                launch.notes.append("torch.distributed.launch is deprecated: it passes --local_rank to the script "
+                                    "unless --use-env (torchrun sets LOCAL_RANK instead)")
+            return launch
+        if module in ("deepspeed.launcher.runner", "deepspeed"):
+            return _from_launcher("deepspeed", margs, env, line)
+        if module == "accelerate.commands.launch":
+            return _from_launcher("accelerate", margs, env, line)
+        launch = Launch(launcher="python", line=line, env=env, script=module, module=True, script_args=margs)
+        _tool_from_script(launch)
+        return launch
+    if _PYTHON.match(head):
+        flags = []
+        while rest and rest[0].startswith("-") and rest[0] != "-m":
+            flags.append(rest.pop(0))
+        if not rest:
+            raise DsdoctorError(f"the launch line names no script: `{shlex.join(line)[:160]}`")
+        launch = Launch(launcher="python", line=line, env=env, script=rest[0], script_args=rest[1:])
+        _tool_from_script(launch)
+        return launch
+    if name in ("deepspeed", "torchrun"):
+        return _from_launcher(name, rest, env, line)
+    if name == "accelerate":
+        if rest[:1] != ["launch"]:
+            raise DsdoctorError(f"`accelerate {' '.join(rest[:1])}` is not a launch: give `accelerate launch ...`")
+        return _from_launcher("accelerate", rest[1:], env, line)
+    if name in ("llamafactory-cli", "lmf"):
+        if not rest or rest[0] != "train":
+            raise DsdoctorError(f"`{name} {' '.join(rest[:1])}` is not a training run: give `{name} train CONFIG.yaml`")
+        if len(rest) < 2:
+            raise DsdoctorError(f"`{name} train` names no config file: give `{name} train CONFIG.yaml`")
+        return Launch(launcher="llamafactory", line=line, env=env, tool="llamafactory", tool_config=rest[1],
+                      overrides=[a for a in rest[2:] if "=" in a], script_args=[a for a in rest[2:] if "=" not in a])
+    if name == "axolotl":
+        if not rest or rest[0] != "train":
+            raise DsdoctorError(f"`axolotl {' '.join(rest[:1])}` is not a training run: give `axolotl train CONFIG.yml`")
+        if len(rest) < 2:
+            raise DsdoctorError("`axolotl train` names no config file: give `axolotl train CONFIG.yml`")
+        return Launch(launcher="axolotl", line=line, env=env, tool="axolotl", tool_config=rest[1],
+                      script_args=rest[2:])
+    if head.endswith(".py"):
+        raise DsdoctorError(f"`{head}` is a script, not a launcher: give the line you run (`python {head} ...`, "
+                            f"`torchrun --nproc_per_node N {head} ...`, `deepspeed {head} ...`)")
+    raise DsdoctorError(f"`{head[:80]}` is not a launcher dsdoctor reads: give a line starting with deepspeed, "
+                        "torchrun, python, accelerate launch, llamafactory-cli train or axolotl train (or bash "
+                        "SCRIPT.sh)")
+
+
+_LAUNCH_START = re.compile(r"^(?:[A-Za-z_]\w*=\S*\s+)*(?:nohup\s+|exec\s+|time\s+)*"
+                           r"(deepspeed|torchrun|accelerate\s+launch|llamafactory-cli\s+train|axolotl\s+train|"
+                           r"(?:\S*/)?python\d*(?:\.\d+)?\s+(?:-m\s+\S+|\S+\.py))\b")
+_VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}|\$([A-Za-z_]\w*)")
+
+
+def from_shell_script(path: str, env: dict | None = None) -> Launch:
+    """The launch line inside a shell script (``bash finetune.sh``, as ChatGLM's and Qwen's repositories ship): the
+    first line that starts a launcher, with its backslash continuations, after the script's plain assignments
+    (``MODEL=...``, ``export NPROC=4``) are substituted into it (``$VAR``, ``${VAR}``, ``${VAR:-default}``; a
+    command substitution such as ``$(nvidia-smi ...)`` is left as written and reported unknown later).
+
+    Raises:
+        DsdoctorError: the file cannot be read, or holds no launch line."""
+    from dsdoctor.files import read_input, shown
+
+    raw = read_input(path, "the shell script", 1 << 20, what="shell script")
+    text = raw.decode("utf-8", errors="replace")
+    variables = dict(env or {})
+    joined = re.sub(r"\\\r?\n", " ", text).splitlines()
+    for number, line in enumerate(joined, start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        assignment = re.match(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$", stripped)
+        if assignment and not _LAUNCH_START.match(stripped):
+            try:
+                value = shlex.split(_substitute(assignment.group(2), variables), comments=True)
+            except ValueError:
+                value = []
+            variables[assignment.group(1)] = value[0] if len(value) == 1 else " ".join(value)
+            continue
+        if _LAUNCH_START.match(stripped):
+            launch = parse_launch([_substitute(stripped, variables)])
+            launch.env = {**(env or {}), **launch.env}
+            launch.source = f"{shown(path)} line {number}"
+            launch.notes.append(f"launch line read from {shown(path)} line {number}")
+            return launch
+    raise DsdoctorError(f"{shown(path)}: no launch line in it (no line starts with deepspeed, torchrun, python "
+                        "SCRIPT.py, accelerate launch, llamafactory-cli train or axolotl train)")
+
+
+def _substitute(text: str, variables: dict) -> str:
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(3)
+        if name in variables:
+            return variables[name]
+        if m.group(2) is not None:
+            return m.group(2)
+        if name in os.environ and name in ("HOME", "USER", "PWD"):
+            return m.group(0)
+        return m.group(0)
+
+    return _VAR.sub(value, text)

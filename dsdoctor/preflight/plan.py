@@ -1,0 +1,318 @@
+"""From a read launch line to the run it starts: world size and nodes, the script's kind of loop, the files it names,
+and the values ``check``, ``estimate`` and the data audit take (:class:`Plan`).
+
+World size follows each launcher's own rules:
+
+- ``deepspeed`` (``deepspeed/launcher/runner.py`` ``main``): a hostfile (``--hostfile``, default ``/job/hostfile``)
+  gives the nodes and their slots; without one, this node's GPUs; ``--num_gpus`` / ``--include localhost:0,1``
+  select; ``CUDA_VISIBLE_DEVICES`` is honoured only when none of ``--include/--exclude/--num_gpus/--num_nodes``
+  is given; ``--num_nodes`` > 1 without a hostfile and ``--num_gpus`` with ``--include`` are refused
+  (ValueError) before any rank starts.
+- ``torchrun`` (``torch/distributed/run.py``): ``--nproc_per_node`` (an integer, or ``gpu``/``auto``: this node's
+  GPUs) times ``--nnodes`` (``MIN:MAX``: the maximum).
+- ``accelerate launch``: ``--num_processes`` (all nodes together) or its ``--config_file``'s ``num_processes``;
+  ``--num_machines``.
+- ``python``: one process, whatever the GPUs.
+- ``llamafactory-cli train``: torchrun over this node's GPUs (``NPROC_PER_NODE``, ``NNODES`` override it; older
+  versions need ``FORCE_TORCHRUN=1`` for more than one GPU: LLaMA-Factory ``cli.py``); ``axolotl train``: accelerate
+  over this node's GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dsdoctor.preflight.cmdline import Launch
+from dsdoctor.preflight.script import ScriptFacts, read_script
+from dsdoctor.preflight.settings import Settings, as_bool, classify, parse_script_args
+from dsdoctor.report import DsdoctorError, Finding
+
+DEFAULT_HOSTFILE = "/job/hostfile"  # deepspeed/launcher/constants.py DLTS_HOSTFILE
+
+
+@dataclass
+class Plan:
+    """The run a launch line starts, as far as the line, its files and the script's literals say.
+
+    Attributes:
+        world_size: processes in all (None when it depends on GPUs this machine cannot see).
+        nodes: machines; gpus_per_node: processes per machine.
+        kind: "trainer" (the HF Trainer builds the engine: the script uses a Trainer class, or the tool is
+            LLaMA-Factory or axolotl) or "engine" (``deepspeed.initialize`` in the script, or unknown: the worse case).
+        deepspeed: the DeepSpeed config's path (resolved against ``workdir``), or None.
+        problems: findings about the line itself (a refused launcher option, a file that does not exist).
+    """
+
+    launch: Launch
+    settings: Settings
+    workdir: Path
+    script_path: Path | None = None
+    script: ScriptFacts | None = None
+    world_size: int | None = None
+    world_source: str = ""
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    kind: str = "engine"
+    kind_source: str = "unknown: the engine loop assumed (the worse case for memory)"
+    deepspeed: str | None = None
+    deepspeed_source: str = ""
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        shown = {name: {"value": s.value, "source": s.source} for name, s in self.settings.given.items()}
+        return {"launch": self.launch.to_dict(), "workdir": str(self.workdir),
+                "script": str(self.script_path) if self.script_path else None, "world_size": self.world_size,
+                "world_size_source": self.world_source, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
+                "loop": self.kind, "loop_source": self.kind_source, "deepspeed": self.deepspeed,
+                "deepspeed_source": self.deepspeed_source, "settings": shown, "unknown": self.settings.unknown,
+                "notes": self.notes}
+
+
+def _resolve(path: str, workdir: Path, also: Path | None = None) -> tuple[Path | None, str]:
+    """``path`` against ``workdir`` (where the launch runs: DeepSpeed and the Trainer open it from there), then
+    against ``also`` (the script's directory). (found path or None, how)."""
+    candidate = Path(os.path.expanduser(path))
+    if candidate.is_absolute():
+        return (candidate if candidate.exists() else None), ""
+    if (workdir / candidate).exists():
+        return workdir / candidate, ""
+    if also is not None and (also / candidate).exists():
+        return also / candidate, f"found beside the script ({also}), not in {workdir} where the launch runs"
+    return None, ""
+
+
+def _read_mapping(path: Path) -> dict:
+    """A YAML or JSON mapping (a tool's config file), as ``yaml.safe_load``. Raises DsdoctorError."""
+    from dsdoctor.configfile import read_hf_args
+
+    return read_hf_args(str(path), option="the config file")
+
+
+def _gpus_here() -> int | None:
+    from dsdoctor.hardware import visible_gpus
+
+    seen = visible_gpus()
+    return len(seen) if seen else None
+
+
+def _int(value) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number
+
+
+def _hostfile_slots(path: Path) -> dict[str, int] | None:
+    """``host slots=N`` lines of a DeepSpeed hostfile (``runner.py`` ``_parse_hostfile``), or None when unreadable."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    slots = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        match = re.match(r"^(\S+)\s+slots\s*=\s*(\d+)$", line)
+        if match:
+            slots[match.group(1)] = int(match.group(2))
+    return slots
+
+
+def _world(plan: Plan, gpus: int | None, rules) -> None:
+    """Fill world_size, nodes, gpus_per_node and the launcher's refusals (see the module docstring)."""
+    launch, opts = plan.launch, plan.launch.options
+    here = gpus if gpus is not None else _gpus_here()
+    here_note = "" if gpus is not None or here is not None else "no GPU visible here: give --gpus N"
+    visible = launch.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if launch.launcher == "deepspeed":
+        num_gpus, num_nodes = _int(opts.get("num_gpus", -1)), _int(opts.get("num_nodes", -1))
+        include, exclude = str(opts.get("include") or ""), str(opts.get("exclude") or "")
+        hostfile = opts.get("hostfile") or DEFAULT_HOSTFILE
+        resolved, _ = _resolve(str(hostfile), plan.workdir)
+        pool = _hostfile_slots(resolved) if resolved else None
+        if opts.get("hostfile") and resolved is None:
+            plan.problems.append(rules.PRE014.finding(f"--hostfile {hostfile}: no such file",
+                                                      title="The hostfile the line names does not exist"))
+        if (num_gpus is not None and num_gpus >= 0 or num_nodes is not None and num_nodes >= 0) and (include or exclude):
+            plan.problems.append(rules.PRE012.finding(
+                f"--num_gpus/--num_nodes with --include/--exclude ({' '.join(launch.line[:8])})"))
+        if not pool and num_nodes is not None and num_nodes > 1:
+            plan.problems.append(rules.PRE011.finding(
+                f"--num_nodes {num_nodes} and no hostfile ({hostfile} does not exist here)"))
+        if visible is not None and not pool and (include or exclude or (num_gpus or -1) > 0 or (num_nodes or -1) > 1):
+            plan.problems.append(rules.PRE013.finding(
+                f"CUDA_VISIBLE_DEVICES={visible} with {' '.join(w for w in launch.line if w.startswith('--'))[:80]}"))
+        if pool:
+            per_node = list(pool.values())
+            if num_nodes and num_nodes > 0:
+                per_node = per_node[:num_nodes]
+            if num_gpus and num_gpus > 0:
+                per_node = [min(n, num_gpus) for n in per_node]
+            plan.nodes, plan.gpus_per_node = len(per_node), max(per_node)
+            plan.world_size, plan.world_source = sum(per_node), f"hostfile {resolved}: {pool}"
+            return
+        count = None
+        if include.startswith("localhost:"):
+            count, source = len(include.split(":", 1)[1].split(",")), f"--include {include}"
+        elif num_gpus is not None and num_gpus > 0:
+            count, source = num_gpus, f"--num_gpus {num_gpus}"
+        elif visible is not None and not include and not exclude:
+            count, source = len([d for d in visible.split(",") if d.strip()]), f"CUDA_VISIBLE_DEVICES={visible}"
+        else:
+            count, source = here, "every GPU visible here (deepspeed's default)" if here else here_note
+        plan.nodes, plan.gpus_per_node = 1, count
+        plan.world_size, plan.world_source = count, source
+        if num_nodes is not None and num_nodes > 1:
+            plan.nodes = num_nodes
+            plan.world_size = None if count is None else count * num_nodes
+        return
+    if launch.launcher == "torchrun":
+        nproc = str(opts.get("nproc_per_node", "1"))
+        nnodes = str(opts.get("nnodes", "1"))
+        nodes = _int(nnodes.split(":")[-1]) or 1
+        per = _int(nproc) if nproc not in ("gpu", "auto", "cuda") else here
+        plan.nodes, plan.gpus_per_node = nodes, per
+        plan.world_size = None if per is None else per * nodes
+        plan.world_source = f"--nproc_per_node {nproc} x --nnodes {nnodes}" + (f" ({here_note})" if per is None else "")
+        return
+    if launch.launcher == "accelerate":
+        config = {}
+        if opts.get("config_file"):
+            found, _ = _resolve(str(opts["config_file"]), plan.workdir)
+            if found is None:
+                plan.problems.append(rules.PRE014.finding(f"--config_file {opts['config_file']}: no such file",
+                                                          title="The accelerate config the line names does not exist"))
+            else:
+                config = _read_mapping(found)
+                plan.notes.append(f"accelerate config {found}")
+                ds = config.get("deepspeed_config") if isinstance(config.get("deepspeed_config"), dict) else {}
+                if ds.get("deepspeed_config_file"):
+                    plan.settings.put("deepspeed_config_file", ds["deepspeed_config_file"], f"{found} deepspeed_config")
+                if config.get("mixed_precision") in ("bf16", "fp16"):
+                    plan.settings.put(config["mixed_precision"], True, f"{found} mixed_precision")
+        processes = _int(opts.get("num_processes", config.get("num_processes", 0))) or None
+        machines = _int(opts.get("num_machines", config.get("num_machines", 1))) or 1
+        if processes is None:
+            processes = here
+        plan.nodes = machines
+        plan.world_size, plan.world_source = processes, (
+            "--num_processes" if opts.get("num_processes") else "the accelerate config's num_processes"
+            if config.get("num_processes") else "every GPU visible here" if here else here_note)
+        plan.gpus_per_node = None if processes is None else max(1, processes // machines)
+        return
+    if launch.launcher in ("llamafactory", "axolotl"):
+        env = launch.env
+        per = _int(env.get("NPROC_PER_NODE")) or here
+        nodes = _int(env.get("NNODES")) or 1
+        plan.nodes, plan.gpus_per_node = nodes, per
+        plan.world_size = None if per is None else per * nodes
+        plan.world_source = ("NPROC_PER_NODE" if env.get("NPROC_PER_NODE") else
+                             "every GPU visible here" if here else here_note)
+        return
+    plan.nodes, plan.gpus_per_node, plan.world_size = 1, 1, 1
+    plan.world_source = "python starts one process"
+    if here and here > 1 or (gpus and gpus > 1):
+        plan.problems.append(rules.PRE016.finding(f"`{' '.join(launch.line[:3])}` on a machine with "
+                                                  f"{here or gpus} GPUs: world size 1"))
+
+
+def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gpus: int | None, rules) -> Plan:
+    """The :class:`Plan` of ``launch`` run from ``workdir``, with ``sets`` (``--set``) over everything, and ``gpus``
+    GPUs per node when given (else NVML's count here). Raises DsdoctorError for a script or config file that
+    cannot be read at all (a missing file is a finding, PRE014, not an error)."""
+    from dsdoctor.checks.deepspeed_config import load_schema
+
+    settings = Settings()
+    plan = Plan(launch=launch, settings=settings, workdir=workdir)
+    script_dir = None
+    if launch.script and not launch.module and launch.launcher != "llamafactory":
+        found, how = _resolve(launch.script, workdir)
+        if found is None:
+            plan.problems.append(rules.PRE014.finding(f"{launch.script}: no such file in {workdir}",
+                                                      title="The script the line runs does not exist"))
+        elif found.suffix == ".py" or found.is_file():
+            plan.script_path, script_dir = found, found.parent
+            plan.script = read_script(found, label=launch.script)
+            plan.notes.extend(plan.script.notes)
+            for name, (value, where) in plan.script.defaults.items():
+                settings.put(name, value, f"default {where}")
+            for name, (value, where) in plan.script.values.items():
+                settings.put(name, value, where)
+            if plan.script.launch:
+                plan.kind, plan.kind_source = plan.script.launch, (
+                    "the script uses a Trainer class" if plan.script.launch == "trainer"
+                    else "the script calls deepspeed.initialize (its own engine loop)")
+    if launch.tool_config:
+        found, how = _resolve(launch.tool_config, workdir, script_dir)
+        if found is None:
+            plan.problems.append(rules.PRE014.finding(f"{launch.tool_config}: no such file in {workdir}",
+                                                      title="The config file the line names does not exist"))
+        else:
+            values = _read_mapping(found)
+            _check_tool_yaml(launch, values, found)
+            for name, value in values.items():
+                settings.put(name, value, f"{launch.tool_config} {name}")
+            if how:
+                plan.notes.append(f"{launch.tool_config}: {how}")
+    if launch.tool in ("llamafactory", "axolotl"):
+        plan.kind, plan.kind_source = "trainer", f"{launch.tool} trains through the HF Trainer"
+    pairs, loose = parse_script_args(launch.script_args)
+    for name, value in pairs:
+        settings.put(name, value, f"line --{name}")
+    for override in launch.overrides:
+        name, value = override.split("=", 1)
+        from dsdoctor.preflight.settings import coerce
+
+        settings.put(name, coerce(value), f"line {name}=")
+    for name, value in sets:
+        settings.put(name, value, "--set")
+    if loose:
+        plan.notes.append(f"words on the line not read as settings: {' '.join(loose)[:160]}")
+    _world(plan, gpus, rules)
+    schema = load_schema()[0]
+    classify(settings, set((schema.get("training_arguments") or {}).get("fields", [])), launch.tool)
+    ds = settings.get("deepspeed")
+    if ds is not None and isinstance(ds.value, str) and ds.value.strip():
+        found, how = _resolve(ds.value, workdir, script_dir)
+        if found is None:
+            plan.problems.append(rules.PRE014.finding(
+                f"{ds.value} (from {ds.source}): no such file in {workdir}",
+                title="The DeepSpeed config the run opens does not exist"))
+        else:
+            plan.deepspeed, plan.deepspeed_source = str(found), ds.source
+            if how:
+                plan.notes.append(f"{ds.value}: {how}")
+    elif ds is not None and isinstance(ds.value, dict):
+        plan.deepspeed_source = ds.source
+        plan.notes.append(f"the DeepSpeed config is a dict literal ({ds.source})")
+    return plan
+
+
+def _check_tool_yaml(launch: Launch, values: dict, path: Path) -> None:
+    """Refuse a config file that is not the tool's: an axolotl YAML has ``base_model`` (and ``datasets``), a
+    LLaMA-Factory YAML ``model_name_or_path`` (``stage``, ``finetuning_type``); a DeepSpeed JSON given in its
+    place has ``zero_optimization`` or ``train_batch_size``. Raises DsdoctorError."""
+    ds_keys = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "optimizer", "fp16"}
+    if launch.tool == "axolotl" and "base_model" not in values:
+        what = "a DeepSpeed config" if ds_keys & set(values) else "not an axolotl config"
+        raise DsdoctorError(f"{path}: {what} (an axolotl YAML names base_model)")
+    if launch.tool == "llamafactory" and "model_name_or_path" not in values:
+        what = "a DeepSpeed config" if ds_keys & set(values) else "not a LLaMA-Factory config"
+        raise DsdoctorError(f"{path}: {what} (a LLaMA-Factory YAML names model_name_or_path)")
+
+
+def loaded_json(path: str) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def flag(settings: Settings, key: str) -> bool | None:
+    return as_bool(settings.value(key))

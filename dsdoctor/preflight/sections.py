@@ -1,0 +1,235 @@
+"""Each section of ``dsdoctor preflight`` run as its own command runs it, with the values the plan found: ``check``
+(the DeepSpeed config, for the loop the script runs), ``estimate`` (memory and step time), ``env`` (versions,
+toolchain, GPUs, host RAM for the config's offload, the network and the master port), and the ETA."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+from dsdoctor.preflight.plan import Plan
+from dsdoctor.preflight.settings import as_bool
+from dsdoctor.report import DsdoctorError, Finding, Report
+
+#: dsdoctor's name -> the TrainingArguments field it is (for a tool that names it otherwise: axolotl's
+#: micro_batch_size and num_epochs)
+TRAINING_FIELD = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+                  "epochs": "num_train_epochs", "max_steps": "max_steps", "bf16": "bf16", "fp16": "fp16",
+                  "grad_ckpt": "gradient_checkpointing", "deepspeed": "deepspeed", "ddp_timeout": "ddp_timeout"}
+
+
+def training_arguments(plan: Plan, fields: set[str]) -> dict:
+    """The TrainingArguments the run builds, as far as the plan knows them: every given name that is a field, and
+    the tools' other names for them (:data:`TRAINING_FIELD`). Values that are not the field's type (axolotl's
+    ``bf16: auto``) are left out."""
+    values = {name: s.value for name, s in plan.settings.given.items()
+              if name in fields and not s.source.startswith("default ")}
+    for key, field_name in TRAINING_FIELD.items():
+        found = plan.settings.get(key)
+        if found is None or found.source.startswith("default "):
+            continue
+        value = found.value
+        if field_name in ("bf16", "fp16", "gradient_checkpointing"):
+            value = as_bool(value)
+            if value is None:
+                values.pop(field_name, None)
+                continue
+        values[field_name] = value
+    if plan.deepspeed:
+        values["deepspeed"] = plan.deepspeed
+    return values
+
+
+def method_of(plan: Plan) -> tuple[str, str]:
+    """(full|lora|freeze|ptuning, where it came from)."""
+    s = plan.settings
+    for key in ("finetuning_type", "adapter"):
+        found = s.get(key)
+        if found is not None:
+            value = str(found.value).lower()
+            if value in ("lora", "qlora", "dora", "true"):
+                return "lora", f"{found.name}: {found.value} ({found.source})"
+            if value in ("full", "freeze", "ptuning"):
+                return value, f"{found.name}: {found.value} ({found.source})"
+            if value in ("p-tuning", "p_tuning", "prefix"):
+                return "ptuning", f"{found.name}: {found.value} ({found.source})"
+    if s.get("pre_seq_len") is not None and isinstance(s.value("pre_seq_len"), int):
+        return "ptuning", f"pre_seq_len ({s.get('pre_seq_len').source})"
+    if s.get("method") is not None:  # the script's own peft config (LoraConfig)
+        return str(s.value("method")), s.get("method").source
+    if plan.launch.tool == "llamafactory":
+        return "lora", "LLaMA-Factory's default finetuning_type (lora)"
+    return "full", "no adapter named: full fine-tuning assumed"
+
+
+def seq_len_of(plan: Plan) -> tuple[int | None, str]:
+    s = plan.settings
+    found = s.get("seq_len")
+    if found is not None and isinstance(found.value, int) and found.value > 0:
+        return found.value, f"{found.name} ({found.source})"
+    source, target = s.value("max_source_length"), s.value("max_target_length")
+    if isinstance(source, int) and isinstance(target, int):
+        return source + target, "max_source_length + max_target_length"
+    return None, ""
+
+
+def _int_setting(plan: Plan, key: str) -> tuple[int | None, str]:
+    found = plan.settings.get(key)
+    if found is not None and isinstance(found.value, int) and not isinstance(found.value, bool) and found.value > 0:
+        return found.value, f"{found.name} ({found.source})"
+    return None, ""
+
+
+def _titled(finding: Finding, section: str) -> Finding:
+    return Finding(finding.id, finding.severity, f"[{section}] {finding.title}", finding.evidence, finding.fix,
+                   finding.source)
+
+
+def check_section(plan: Plan, gpu: str | None, model: str | None, rules) -> tuple[list[Finding], dict | None]:
+    """``dsdoctor check`` on the run's DeepSpeed config, for its loop and world size."""
+    from dsdoctor.checks.deepspeed_config import load_schema
+    from dsdoctor.commands.check import run_check
+
+    ds = plan.settings.get("deepspeed")
+    config_path = plan.deepspeed
+    temporary = None
+    if config_path is None and ds is not None and isinstance(ds.value, dict):
+        temporary = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+        json.dump(ds.value, temporary)
+        temporary.close()
+        config_path = temporary.name
+    if config_path is None:
+        why = ("the config file is missing (see PRE014)" if ds is not None else
+               "the line, its config file and the script's literals name no DeepSpeed config")
+        return [rules.PRE002.finding(f"check: not run: {why}", title="[check] not run")], None
+    hf = None
+    if plan.kind == "trainer":
+        hf = training_arguments(plan, set((load_schema()[0].get("training_arguments") or {}).get("fields", [])))
+    try:
+        report = run_check(config_path, world_size=plan.world_size, launch=plan.kind, gpu=gpu, model=model,
+                           hf_values=hf, hf_label="the launch line's TrainingArguments")
+    except DsdoctorError as exc:
+        return [rules.PRE002.finding(f"check: {exc}", title="[check] not run")], None
+    finally:
+        if temporary is not None:
+            Path(temporary.name).unlink(missing_ok=True)
+    return [_titled(f, "check") for f in report.findings], report.result
+
+
+def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding], dict | None, dict]:
+    """``dsdoctor estimate`` for the run's model, method, batch, sequence, checkpointing, world size and config.
+    Returns (findings, the estimate's result, the inputs it was given with their sources)."""
+    from dsdoctor.commands.estimate.report import run_estimate
+
+    s = plan.settings
+    model = s.get("model")
+    if model is None or not isinstance(model.value, str):
+        return [rules.PRE002.finding("estimate: not run: no model on the line, in its config file or in the "
+                                     "script's from_pretrained(...)", title="[estimate] not run",
+                                     fix="Give it: --set model_name_or_path=PATH|NAME")], None, {}
+    method, method_source = method_of(plan)
+    seq_len, seq_source = seq_len_of(plan)
+    micro, micro_source = _int_setting(plan, "micro_batch")
+    accum, accum_source = _int_setting(plan, "grad_accum")
+    rank, _ = _int_setting(plan, "lora_rank")
+    ckpt = as_bool(s.value("grad_ckpt"))
+    targets = s.value("lora_target")
+    if as_bool(s.value("lora_target_linear")):
+        targets = "all-linear"
+    if isinstance(targets, (list, tuple)):
+        targets = ",".join(map(str, targets))
+    if isinstance(targets, str) and targets.strip().lower() == "all":
+        targets = "all-linear"
+    precision = "bf16" if as_bool(s.value("bf16")) else "fp16" if as_bool(s.value("fp16")) else None
+    dtype = s.value("torch_dtype")
+    if precision is None and isinstance(dtype, str):
+        precision = "bf16" if "bfloat16" in dtype or dtype == "bf16" else "fp16" if "float16" in dtype else None
+    explicit = set()
+    if micro:
+        explicit.add("micro_batch")
+    if accum:
+        explicit.add("grad_accum")
+    if precision:
+        explicit.add("precision")
+    inputs = {"model": (model.value, model.source), "method": (method, method_source),
+              "seq_len": (seq_len or 1024, seq_source or "not given: estimate's default 1024"),
+              "micro_batch": (micro or 1, micro_source or "not given: 1 (or the DeepSpeed config's)"),
+              "grad_accum": (accum or 1, accum_source or "not given: 1 (or the DeepSpeed config's)"),
+              "grad_ckpt": (ckpt if ckpt is not None else False,
+                            s.get("grad_ckpt").source if s.get("grad_ckpt") else "not given: off"),
+              "launch": (plan.kind, plan.kind_source)}
+    if plan.world_size is None:
+        return [rules.PRE002.finding(f"estimate: not run: the world size is unknown ({plan.world_source})",
+                                     title="[estimate] not run", fix="Give --gpus N (GPUs per node).")], None, inputs
+    try:
+        report = run_estimate(
+            model.value, 2, "none", "none", method, rank or 8, targets if isinstance(targets, str) else None, 0.05,
+            _int_setting(plan, "freeze_trainable_layers")[0] or 2, _int_setting(plan, "pre_seq_len")[0] or 16,
+            plan.gpus_per_node, plan.nodes, micro or 1, seq_len or 1024, bool(ckpt), precision or "bf16",
+            plan.deepspeed, None, None, False, explicit, grad_accum=accum or 1, gpu=gpu,
+            launch="trainer" if plan.kind == "trainer" else "engine")
+    except DsdoctorError as exc:
+        return [rules.PRE002.finding(f"estimate: {exc}", title="[estimate] not run")], None, inputs
+    return [_titled(f, "estimate") for f in report.findings], report.result, inputs
+
+
+def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list[Finding], dict]:
+    """``dsdoctor env`` (versions, toolchain, GPUs, host, network) with the config's host-RAM check; the master
+    port on the node that binds it; the DeepSpeed ops the config's optimizer builds."""
+    from dsdoctor.checks.network import master_port_finding
+    from dsdoctor.commands.env import run_env
+
+    findings: list[Finding] = []
+    try:
+        report = run_env(None, None, ".", deepspeed=plan.deepspeed, model=model if plan.deepspeed else None,
+                         method=method)
+    except DsdoctorError as exc:
+        return [rules.PRE002.finding(f"env: {exc}", title="[env] not run")], {}
+    findings += [_titled(f, "env") for f in report.findings if f.id != "ENV300"]
+    opts = plan.launch.options
+    port = opts.get("master_port") or opts.get("main_process_port") or plan.launch.env.get("MASTER_PORT")
+    node_rank = str(opts.get("node_rank") or opts.get("machine_rank") or "0")
+    if port and node_rank == "0":
+        found = master_port_finding({"MASTER_PORT": str(port)})
+        if found is not None:
+            findings.append(_titled(found, "env"))
+    ops = []
+    if plan.deepspeed:
+        from dsdoctor.checks.environment import ops_for_config
+        from dsdoctor.preflight.plan import loaded_json
+
+        config = loaded_json(plan.deepspeed)
+        ops = ops_for_config(config) if config else []
+    return findings, {"ops_needed": ops, "paste_block": report.block}
+
+
+def steps_of(plan: Plan, samples: int | None, world_size: int, micro: int, accum: int) -> tuple[int | None, str]:
+    """Optimizer steps of the run, as the HF Trainer counts them (``trainer.py`` ``_inner_training_loop``:
+    ``len(dataloader) // gradient_accumulation_steps`` updates an epoch, at least 1, times the epochs, rounded up;
+    ``max_steps`` > 0 wins). The dataloader of one rank has ceil(samples / world_size / micro) batches
+    (``DistributedSampler`` pads to a multiple of the world size)."""
+    max_steps, source = _int_setting(plan, "max_steps")
+    if max_steps:
+        return max_steps, f"max_steps {max_steps} ({source})"
+    if not samples:
+        return None, "no sample count (the data file is not readable here, and no max_steps): give --samples N"
+    epochs = plan.settings.value("epochs", 3.0)
+    if not isinstance(epochs, (int, float)) or isinstance(epochs, bool) or epochs <= 0:
+        epochs = 3.0
+    batches = math.ceil(math.ceil(samples / world_size) / micro)
+    per_epoch = max(batches // accum, 1)
+    steps = math.ceil(per_epoch * epochs)
+    return steps, (f"{samples:,} samples / ({world_size} ranks x micro batch {micro}) = {batches:,} batches a rank, "
+                   f"/ {accum} accumulation = {per_epoch:,} steps an epoch, x {epochs:g} epochs")
+
+
+def human_seconds(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
