@@ -28,3 +28,46 @@ DATA703 = rule(
         "batch counts and the collectives hang at the end of the epoch.",
     fix="Add samples, or lower the micro batch (--micro-batch) or the number of ranks (--nproc).",
     source="torch.utils.data.distributed.DistributedSampler(drop_last=True)")
+DATA704 = rule(
+    "DATA704", "warning", "Samples truncated at the sequence length",
+    what="Prompt plus answer (with the run's template and tokenizer) is longer than the sequence length for more "
+         "than 5% of the samples (info below that).",
+    why="The end of each such answer is never trained on: the model learns to stop mid-answer, or never sees the "
+        "conclusion.",
+    fix="Raise the sequence length (cutoff_len / max_seq_length / --seq-len) toward the p99 shown, or filter the "
+        "long samples.",
+    source="reference_train/train.py build_dataset; LLaMA-Factory and the HF tokenizers truncate at max_length")
+DATA705 = rule(
+    "DATA705", "warning", "Duplicate samples",
+    what="Records with the same prompt and answer (more than 1% of the file: warning).",
+    why="Each epoch trains on them several times: overfitting to those answers, and a loss that looks better "
+        "than it is.",
+    fix="Deduplicate the file (the lines are listed), e.g. keep the first of each.",
+    source="exact match of the prompt turns and the answer")
+DATA706 = rule(
+    "DATA706", "info", "Padding waste",
+    what="The share of the tokens a step computes that are padding: every sample padded to the sequence length "
+         "(padding='max_length') against each micro batch padded to its longest (dynamic padding).",
+    why="Padding costs the same FLOPs and memory as real tokens.",
+    fix="Pad dynamically (DataCollatorForSeq2Seq(padding=True), the reference trainer's collate), or pack "
+        "(LLaMA-Factory packing, axolotl sample_packing).",
+    source="transformers DataCollatorForSeq2Seq; reference_train/train.py collate")
+DATA707 = rule(
+    "DATA707", "error", "Tokenizing before training runs past the collective timeout",
+    what="Tokenizing the whole file on rank 0, at the rate measured here, takes longer than the collective "
+         "timeout in effect (torch's and HF's default 1800 s, or ddp_timeout).",
+    why="While rank 0 tokenizes, the other ranks wait in a barrier; when the watchdog fires every rank is killed "
+        "('Watchdog caught collective operation timeout'), hours into a run that never trained.",
+    fix="Pre-tokenize once (LLaMA-Factory tokenized_path, datasets .map saved to disk), use more workers "
+        "(preprocessing_num_workers), or raise ddp_timeout (e.g. 180000000 as LLaMA-Factory's examples do).",
+    source="torch/distributed/constants.py default_pg_nccl_timeout; transformers TrainingArguments.ddp_timeout; "
+           "cases/report-12-nccl-watchdog-timeout-during-preprocessing")
+DATA708 = rule(
+    "DATA708", "warning", "Prompt template differs from the model's chat template",
+    what="The samples are formatted with one template (ChatGLM's 问/答, Alpaca's) while the model's tokenizer ships "
+         "a chat template.",
+    why="The model is then prompted at inference (chat, vLLM, the HF pipeline) with its chat template, which it "
+        "was not fine-tuned on: answers look untrained.",
+    fix="Train with the model's chat template (--template chat; LLaMA-Factory: the template matching the model), "
+        "or serve with the template you trained on.",
+    source="transformers tokenizer.apply_chat_template")

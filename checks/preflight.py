@@ -84,3 +84,13 @@ PRE002 = rule(
         "inconclusive there, not clean.",
     fix="Give the missing value (--set key=value, --gpus N, --gpu NAME), or run the section's own command.",
     source="dsdoctor preflight")
+PRE017 = rule(
+    "PRE017", "warning", "The command ends before its options",
+    what="In the script or paste, the line after the launch command starts with an option (--...): the line "
+         "before it has no backslash at its end (or a comment line sits inside the continuation).",
+    why="The shell ends the command at that line: every option below it is not passed (the run uses the "
+        "script's defaults for them), and the shell then tries to run the options as a command of their own.",
+    fix="End every line of the command but the last with a backslash, with nothing after it; move comments out "
+        "of the command.",
+    source="bash: a backslash-newline continues a command; LLaMA-Factory issue 3224 (a missing backslash after "
+           "--mix_strategy)")

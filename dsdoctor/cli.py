@@ -256,7 +256,7 @@ class DsdoctorGroup(click.Group):
 
 #: command name -> module in dsdoctor/commands holding a click command of that name; imported only when run,
 #: so ``dsdoctor check`` does not pay for ``smoke``'s imports
-COMMANDS = {"check": "dsdoctor.commands.check", "env": "dsdoctor.commands.env",
+COMMANDS = {"check": "dsdoctor.commands.check", "data": "dsdoctor.commands.data", "env": "dsdoctor.commands.env",
             "estimate": "dsdoctor.commands.estimate", "explain": "dsdoctor.commands.explain",
             "hang": "dsdoctor.commands.hang",
             "nccl": "dsdoctor.commands.nccl",

@@ -41,7 +41,8 @@ def _parse_sets(sets: tuple[str, ...]) -> list[tuple[str, object]]:
 
 
 def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: str, gpus: int | None,
-                  gpu: str | None, samples: int | None) -> Report:
+                  gpu: str | None, samples: int | None, audit_data: bool = True, probe_steps: int = 0,
+                  out: str = "dsdoctor-preflight") -> Report:
     """The body of ``dsdoctor preflight``. Raises DsdoctorError for a line that cannot be read (no script, not a
     launcher, a config that is not the tool's)."""
     from dsdoctor.checks import preflight as rules
@@ -60,6 +61,9 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     model = plan.settings.get("model")
     model_name = model.value if model is not None and isinstance(model.value, str) else None
     line_findings = list(plan.problems)
+    if launch.dangling:
+        line_findings.append(rules.PRE017.finding(f"{launch.source}: the command ends there; the next line is "
+                                                  f"`{launch.dangling}`"))
     if plan.settings.unknown:
         line_findings.append(rules.PRE015.finding(", ".join(plan.settings.unknown[:40])
                                                   + (" ..." if len(plan.settings.unknown) > 40 else "")))
@@ -67,13 +71,19 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules)
     env_findings, env_result = sections.env_section(plan, model_name, method, rules)
     files, data_notes = dataset_files(plan)
+    data_findings, data_result = sections.data_section(plan, files, rules) if audit_data else ([], {})
     counted = [count_samples(f) for f in files]
     if samples is None and files and all(c is not None for c in counted):
         samples = sum(counted)
         max_samples = plan.settings.value("max_samples")
         if isinstance(max_samples, int) and max_samples > 0:  # LLaMA-Factory: at most this many per dataset
             samples = sum(min(c, max_samples) for c in counted)
-    eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections)
+    probe_findings, probe = [], {}
+    if probe_steps:
+        target = Path(out).expanduser()
+        target.mkdir(parents=True, exist_ok=True)
+        probe_findings, probe = sections.probe_section(plan, files, probe_steps, target / "smoke", rules)
+    eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections, probe)
 
     setup = (estimate_result or {}).get("setup") or {}
     summary = rules.PRE010.finding(
@@ -83,7 +93,8 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         f"method: {method} ({method_source}); DeepSpeed config: {plan.deepspeed or 'none found'}"
         + (f"; micro batch {setup.get('micro_batch')} x accumulation {setup.get('gradient_accumulation_steps')} x "
            f"world {setup.get('world_size')}, sequence {setup.get('seq_len')}" if setup else ""))
-    ranked = sorted(line_findings + check_findings + env_findings + estimate_findings, key=_rank)
+    ranked = sorted(line_findings + check_findings + env_findings + estimate_findings + data_findings
+                    + probe_findings, key=_rank)
     blocking = [f for f in ranked if f.severity == "error"]
     warnings = [f for f in ranked if f.severity == "warning"]
     if blocking:
@@ -109,8 +120,8 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         "verdict": verdict, "plan": plan.to_dict(), "method": method, "method_source": method_source,
         "estimate_inputs": {k: {"value": v, "source": s} for k, (v, s) in estimate_inputs.items()},
         "check": check_result, "estimate": estimate_result, "env": env_result,
-        "data": {"files": [str(f) for f in files], "samples": samples, "notes": data_notes},
-        "eta": eta, "seconds": round(time.perf_counter() - started, 3)}
+        "data": {"files": [str(f) for f in files], "samples": samples, "notes": data_notes, "audit": data_result},
+        "probe": probe, "eta": eta, "seconds": round(time.perf_counter() - started, 3)}
     given = [[name, str(s.value)[:80], s.source] for name, s in plan.settings.given.items()
              if not s.source.startswith("default ")]
     if given:
@@ -122,9 +133,33 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     return report
 
 
-def _eta(plan, estimate_result: dict | None, samples: int | None, rules, sections) -> tuple[Finding, dict]:
-    """PRE020: steps x estimate's modelled step time (its ``step_time_s``: FLOPs at the GPU's dense peak times the
-    MFU of ``dsdoctor.checks.memory.speed.Rates``, plus recomputation, communication and offload copies)."""
+def _eta(plan, estimate_result: dict | None, samples: int | None, rules, sections,
+         probe: dict | None = None) -> tuple[Finding, dict]:
+    """PRE020: steps x the step time: measured by ``--probe`` (the median step after two warm-up steps), else
+    estimate's modelled one (its ``step_time_s``: FLOPs at the GPU's dense peak times the MFU of
+    ``dsdoctor.checks.memory.speed.Rates``, plus recomputation, communication and offload copies)."""
+    if probe and probe.get("step_time_s"):
+        setup = (estimate_result or {}).get("setup") or {}
+        world = plan.world_size or setup.get("world_size") or 1
+        micro = (setup.get("micro_batch") or sections._int_setting(plan, "micro_batch")[0] or 1)
+        accum = setup.get("gradient_accumulation_steps") or sections._int_setting(plan, "grad_accum")[0] or 1
+        steps, how = sections.steps_of(plan, samples, world, micro, accum)
+        step_s = probe["step_time_s"]
+        basis = (f"measured by --probe: median of {max(probe['steps'] - 2, 1)} steps on {probe['nproc']} "
+                 f"{probe.get('device') or ''} rank(s) here" + ("" if probe["nproc"] == world else
+                                                               f" (the run has {world}: per-rank work is the same "
+                                                               "micro batch, communication differs)"))
+        if steps is None:
+            return rules.PRE020.finding(f"inconclusive: {how}; measured step {step_s:.3f} s",
+                                        title="Time to train: inconclusive",
+                                        fix="Give --samples N (the training set's size), or max_steps."), \
+                {"step_time_s": step_s, "steps": None, "step_time_from": basis}
+        total = steps * step_s
+        return rules.PRE020.finding(f"{steps:,} optimizer steps x {step_s:.3f} s = {sections.human_seconds(total)} "
+                                    f"({how}; {basis})",
+                                    title=f"Time to train: about {sections.human_seconds(total)} (measured step)"), \
+            {"steps": steps, "steps_from": how, "step_time_s": step_s, "step_time_from": basis,
+             "total_s": round(total, 1), "total": sections.human_seconds(total)}
     if not estimate_result or "step_time_s" not in estimate_result:
         return rules.PRE020.finding("inconclusive: no step time (the estimate did not run)",
                                     title="Time to train: inconclusive"), {}
@@ -134,7 +169,7 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
     steps, how = sections.steps_of(plan, samples, world, micro, accum)
     step_s = estimate_result["step_time_s"].get("total")
     basis = estimate_result.get("step_time_basis", "")
-    if steps is None or not step_s:
+    if steps is None or step_s is None:
         return rules.PRE020.finding(f"inconclusive: {how}", title="Time to train: inconclusive",
                                     fix="Give --samples N (the training set's size), or max_steps."), \
             {"step_time_s": step_s, "steps": None, "basis": basis}
@@ -159,12 +194,19 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
 @click.option("--gpu", default=None, metavar="NAME", help="The GPU model (A100-80GB, RTX 4090), where none is visible here.")
 @click.option("--samples", type=click.IntRange(1), default=None,
               help="Training samples, for the ETA, when the data file is not readable here.")
+@click.option("--probe", is_flag=True, help="Also run a short smoke on this machine (local GPUs, else 2 CPU ranks) "
+                                            "with the run's model, data and config: a measured step time for the ETA.")
+@click.option("--probe-steps", type=click.IntRange(3, 10_000), default=20, show_default=True)
+@click.option("--out", default="dsdoctor-preflight", show_default=True, metavar="DIR",
+              help="Where --probe's smoke run writes its logs and metrics.")
+@click.option("--no-data", is_flag=True, help="Skip the data audit (it loads the tokenizer: a few seconds).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 @report_command
-def preflight(command, sets, workdir, gpus, gpu, samples) -> Report:
+def preflight(command, sets, workdir, gpus, gpu, samples, probe, probe_steps, out, no_data) -> Report:
     """One verdict for the run your launch line starts: will it start, fit, train, and how long it will take.
     Nothing is executed."""
     if not command:
         raise DsdoctorError("no launch line: give it after `--`, e.g. "
                             "`dsdoctor preflight -- deepspeed --num_gpus 4 train.py --deepspeed ds.json`")
-    return run_preflight(list(command), _parse_sets(sets), workdir, gpus, gpu, samples)
+    return run_preflight(list(command), _parse_sets(sets), workdir, gpus, gpu, samples, audit_data=not no_data,
+                         probe_steps=probe_steps if probe else 0, out=out)

@@ -90,6 +90,7 @@ class Launch:
     overrides: list[str] = field(default_factory=list)
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    dangling: str = ""  # the line after the command, when it starts with an option (a missing backslash)
 
     def to_dict(self) -> dict:
         return {"launcher": self.launcher, "line": self.line, "env": self.env, "options": self.options,
@@ -128,7 +129,9 @@ def _split_env(words: list[str]) -> tuple[dict[str, str], list[str]]:
         match = _ASSIGNMENT.match(word)
         if match:
             env[match.group(1)] = match.group(2)
-        elif word in _PREFIX_WORDS:
+        elif word in _PREFIX_WORDS or (word == "run" and i and words[i - 1] == "uv"):
+            pass
+        elif word == "uv" and i + 1 < len(words) and words[i + 1] == "run":
             pass
         elif word == "export":  # `export X=1 && ...` is cut at &&; `export X=1 deepspeed` is not a launch
             pass
@@ -157,6 +160,13 @@ def _from_launcher(launcher: str, words: list[str], env: dict, line: list[str]) 
     script_args = list(getattr(ns, rest["dest"]) or [])
     options = {k: v for k, v in vars(ns).items() if v is not None and k not in (first["dest"], rest["dest"])}
     module = bool(options.get("module"))
+    unexpanded = []
+    while script and _VAR.fullmatch(script) and script_args and not script_args[0].startswith("-"):
+        # `torchrun ${DIST_ARGS} train.py`: the variable holds launcher options (its value is not known here)
+        unexpanded.append(script)
+        script, script_args = script_args[0], script_args[1:]
+    if unexpanded:
+        options["unexpanded"] = " ".join(unexpanded)
     launch = Launch(launcher=launcher, line=line, env=env, options=options, script=script, module=module,
                     script_args=script_args)
     _tool_from_script(launch)
@@ -177,14 +187,15 @@ def _tool_from_script(launch: Launch) -> None:
                                 (name == "train.py" and Path(script).parent.name == "src" and args
                                  and args[0].endswith((".yaml", ".yml", ".json")))):
         launch.tool = "llamafactory"
-    if args and not args[0].startswith("-") and args[0].endswith((".yaml", ".yml", ".json")):
+    if args and not args[0].startswith("-") and (args[0].endswith((".yaml", ".yml", ".json")) or
+                                                 launch.tool == "axolotl"):
         launch.tool_config = args[0]
         rest = args[1:]
         launch.overrides = [a for a in rest if "=" in a and not a.startswith("-")]
         launch.script_args = [a for a in rest if a not in launch.overrides]
 
 
-def parse_launch(command: list[str]) -> Launch:
+def parse_launch(command: list[str], nested: bool = False) -> Launch:
     """Read ``command`` (the words after ``dsdoctor preflight --``, or one pasted string holding the whole line)
     into a :class:`Launch`. ``bash run.sh`` / ``sh run.sh`` read the launch line inside the shell script
     (:func:`from_shell_script`).
@@ -194,6 +205,13 @@ def parse_launch(command: list[str]) -> Launch:
             script that does not exist or holds no launch line.
     """
     words = list(command)
+    if len(words) == 1 and not nested and any(c.isspace() for c in words[0].strip()):
+        try:  # a block pasted from a terminal, a notebook or a bug report, or one line with prose before it
+            return launch_in_text(words[0])
+        except DsdoctorError as exc:
+            if "no launch line" not in str(exc):
+                raise
+        # no launcher found in it: read it as one line, for the error that names what is wrong with it
     if len(words) == 1 and (any(c.isspace() for c in words[0]) or "=" in words[0].split("/")[0]):
         words = words_of(words[0])
     env, words = _split_env(words)
@@ -259,46 +277,131 @@ def parse_launch(command: list[str]) -> Launch:
                         "SCRIPT.sh)")
 
 
-_LAUNCH_START = re.compile(r"^(?:[A-Za-z_]\w*=\S*\s+)*(?:nohup\s+|exec\s+|time\s+)*"
-                           r"(deepspeed|torchrun|accelerate\s+launch|llamafactory-cli\s+train|axolotl\s+train|"
-                           r"(?:\S*/)?python\d*(?:\.\d+)?\s+(?:-m\s+\S+|\S+\.py))\b")
 _VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}|\$([A-Za-z_]\w*)")
 
 
 def from_shell_script(path: str, env: dict | None = None) -> Launch:
-    """The launch line inside a shell script (``bash finetune.sh``, as ChatGLM's and Qwen's repositories ship): the
-    first line that starts a launcher, with its backslash continuations, after the script's plain assignments
-    (``MODEL=...``, ``export NPROC=4``) are substituted into it (``$VAR``, ``${VAR}``, ``${VAR:-default}``; a
-    command substitution such as ``$(nvidia-smi ...)`` is left as written and reported unknown later).
-
-    Raises:
-        DsdoctorError: the file cannot be read, or holds no launch line."""
+    """The launch line inside a shell script (``bash finetune.sh``, as ChatGLM's and Qwen's repositories ship):
+    see :func:`launch_in_text`. Raises DsdoctorError: the file cannot be read, or holds no launch line."""
     from dsdoctor.files import read_input, shown
 
     raw = read_input(path, "the shell script", 1 << 20, what="shell script")
-    text = raw.decode("utf-8", errors="replace")
+    return launch_in_text(raw.decode("utf-8", errors="replace"), env, shown(path))
+
+
+#: what a paste wraps the command in: code fences, a notebook's ``!`` and ``%`` magics, shell prompts
+#: (``(env) user@host:~# ``, ``$ ``, the ``> `` of a continuation)
+_FENCE = re.compile(r"```(?:[\w-]*[ \t]*$)?", re.M)  # a fence's language tag only when nothing follows it
+_PROMPT = re.compile(r"^\s*(?:\([\w.-]+\)\s*)*(?:[\w.-]+@[\w.-]+:[^\s#$]*\s?[#$]\s+|[$>]\s+|!)")
+
+
+def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted text") -> Launch:
+    """The first launch line in ``text``: a shell script, or a block pasted from a terminal, a notebook or a bug
+    report. Code fences, backticks, prompts and notebook magics are dropped; backslash continuations joined (a
+    comment line inside one ends the command, as in the shell); the text's plain assignments (``MODEL=...``,
+    ``export NPROC=4``) substituted into the line (``$VAR``, ``${VAR}``, ``${VAR:-default}``; a command
+    substitution such as ``$(nvidia-smi ...)`` is left as written). A launcher preceded by prose on its line
+    (``the command is deepspeed ...``) is found too. Raises DsdoctorError when no line starts a launcher."""
     variables = dict(env or {})
-    joined = re.sub(r"\\\r?\n", " ", text).splitlines()
+    last_error = None
+    text = _FENCE.sub("\n", text).replace("`", " ")
+    lines = []
+    for raw in text.splitlines():
+        if raw.lstrip().startswith("%"):
+            continue
+        lines.append(_PROMPT.sub("", raw))
+    joined = _continued(lines)
     for number, line in enumerate(joined, start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
         assignment = re.match(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$", stripped)
-        if assignment and not _LAUNCH_START.match(stripped):
+        if assignment and not _LAUNCH_SEARCH.search(stripped):
+            if "$(" in assignment.group(2) or "`" in assignment.group(2):  # computed when the script runs
+                variables.pop(assignment.group(1), None)
+                continue
             try:
                 value = shlex.split(_substitute(assignment.group(2), variables), comments=True)
             except ValueError:
                 value = []
             variables[assignment.group(1)] = value[0] if len(value) == 1 else " ".join(value)
             continue
-        if _LAUNCH_START.match(stripped):
-            launch = parse_launch([_substitute(stripped, variables)])
+        found = _LAUNCH_SEARCH.search(stripped + " ")
+        if found:
+            line = stripped[found.start():].rstrip("\\ \t")
+            options_below = number < len(joined) and re.match(r"^\s*--?\w", joined[number])
+            try:
+                launch = parse_launch([_substitute(line, variables)], nested=True)
+            except DsdoctorError as exc:
+                if "names no script" not in str(exc) or not options_below:
+                    raise
+                # a paste whose backslashes Markdown ate: the launcher on a line of its own, its options on the
+                # lines below, each starting with "-" (or the script's path)
+                follow = number
+                while follow < len(joined) and re.match(r"^\s*(--?\w|\S+\.(py|ya?ml|json)\b)", joined[follow]):
+                    line += " " + joined[follow].strip().rstrip("\\ \t")
+                    follow += 1
+                launch = parse_launch([_substitute(line, variables)], nested=True)
+                launch.notes.append(f"{label}: the options below line {number} were read as part of it (the "
+                                    "paste has no backslashes at the line ends)")
+            else:
+                if options_below:  # the shell ends the command here: what follows is another command
+                    launch.dangling = joined[number].strip()[:160]
+            if not _runs_training(launch):  # prose ("supports torchrun and deepspeed"), or a preprocessing step
+                last_error = DsdoctorError(f"{label} line {number}: `{line[:80]}` does not start a training run")
+                continue
             launch.env = {**(env or {}), **launch.env}
-            launch.source = f"{shown(path)} line {number}"
-            launch.notes.append(f"launch line read from {shown(path)} line {number}")
+            launch.source = f"{label} line {number}"
+            launch.notes.append(f"launch line read from {label} line {number}")
             return launch
-    raise DsdoctorError(f"{shown(path)}: no launch line in it (no line starts with deepspeed, torchrun, python "
+    if last_error is not None:
+        raise last_error
+    raise DsdoctorError(f"{label}: no launch line in it (no line starts with deepspeed, torchrun, python "
                         "SCRIPT.py, accelerate launch, llamafactory-cli train or axolotl train)")
+
+
+def _continued(lines: list[str]) -> list[str]:
+    """``lines`` with backslash continuations joined as the shell joins them: a line ending in a backslash (spaces
+    after it tolerated, as pastes lose them) continues on the next; a comment line never does (its backslash is
+    part of the comment). The result has one entry per input line (a joined line's followers become empty), so
+    line numbers stay the text's."""
+    out: list[str] = []
+    open_at = None
+    for line in lines:
+        if open_at is not None:
+            out[open_at] += " " + line.rstrip().rstrip("\\")
+            out.append("")
+            if not re.search(r"\\[ \t]*$", line):
+                open_at = None
+            continue
+        out.append(line)
+        if not line.lstrip().startswith("#") and re.search(r"\\[ \t]*$", line):
+            out[-1] = re.sub(r"\\[ \t]*$", "", line)
+            open_at = len(out) - 1
+    return out
+
+
+#: module entry points that prepare data and do not train (a paste often runs them first)
+_NOT_TRAINING = ("axolotl.cli.preprocess", "axolotl.cli.merge_lora", "axolotl.cli.inference")
+
+
+def _runs_training(launch: Launch) -> bool:
+    """Whether ``launch`` starts a script at all: a tool's config, a module, a ``.py`` file, a path or an
+    unexpanded variable, and not a data preparation step (:data:`_NOT_TRAINING`). Prose that names a launcher
+    ("finetune.py supports torchrun and deepspeed") reads as a launcher whose "script" is a word."""
+    if launch.tool_config:
+        return not (launch.module and str(launch.script).startswith(_NOT_TRAINING))
+    script = launch.script or ""
+    if launch.module:
+        return not script.startswith(_NOT_TRAINING)
+    return script.endswith(".py") or "/" in script or script.startswith("$") or script.strip() == "" or \
+        script.endswith(".sh")
+
+
+#: a launcher's first word where a line starts it (after environment assignments), or after prose on the line
+_LAUNCH_SEARCH = re.compile(r"(?:(?<=\s)|^|(?<=[^\x00-\x7f]))(?:[A-Za-z_]\w*=\S*\s+)*(?:(?:nohup|exec|time|uv run|srun)\s+)*"
+                            r"(?:deepspeed\s|torchrun\s|accelerate\s+launch\s|llamafactory-cli\s+train\s|"
+                            r"axolotl\s+train\s|(?:\S*/)?python\d*(?:\.\d+)?\s+(?:-u\s+)?(?:-m\s+\S+|\S+\.py))")
 
 
 def _substitute(text: str, variables: dict) -> str:

@@ -123,6 +123,13 @@ def _hostfile_slots(path: Path) -> dict[str, int] | None:
     return slots
 
 
+def _visible_count(visible: str | None) -> int | None:
+    """GPUs a CUDA_VISIBLE_DEVICES value leaves (``0,1,2,3`` -> 4); None when unset or empty."""
+    if not visible or not visible.strip():
+        return None
+    return len([d for d in visible.split(",") if d.strip()])
+
+
 def _world(plan: Plan, gpus: int | None, rules) -> None:
     """Fill world_size, nodes, gpus_per_node and the launcher's refusals (see the module docstring)."""
     launch, opts = plan.launch, plan.launch.options
@@ -165,6 +172,8 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
             count, source = len([d for d in visible.split(",") if d.strip()]), f"CUDA_VISIBLE_DEVICES={visible}"
         else:
             count, source = here, "every GPU visible here (deepspeed's default)" if here else here_note
+        if opts.get("hostfile") and not pool:  # the nodes are in a hostfile this machine does not have
+            count, source = None, f"--hostfile {hostfile}: not readable here, so the nodes are not known"
         plan.nodes, plan.gpus_per_node = 1, count
         plan.world_size, plan.world_source = count, source
         if num_nodes is not None and num_nodes > 1:
@@ -174,11 +183,13 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
     if launch.launcher == "torchrun":
         nproc = str(opts.get("nproc_per_node", "1"))
         nnodes = str(opts.get("nnodes", "1"))
-        nodes = _int(nnodes.split(":")[-1]) or 1
+        nodes = _int(nnodes.split(":")[-1])
         per = _int(nproc) if nproc not in ("gpu", "auto", "cuda") else here
-        plan.nodes, plan.gpus_per_node = nodes, per
-        plan.world_size = None if per is None else per * nodes
-        plan.world_source = f"--nproc_per_node {nproc} x --nnodes {nnodes}" + (f" ({here_note})" if per is None else "")
+        plan.nodes, plan.gpus_per_node = nodes or 1, per
+        plan.world_size = None if per is None or nodes is None or opts.get("unexpanded") else per * nodes
+        plan.world_source = (f"--nproc_per_node {nproc} x --nnodes {nnodes}" + (f" ({here_note})" if per is None else "")
+                             + (f"; launcher options in {opts['unexpanded']} are not known here"
+                                if opts.get("unexpanded") else ""))
         return
     if launch.launcher == "accelerate":
         config = {}
@@ -197,8 +208,8 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
                     plan.settings.put(config["mixed_precision"], True, f"{found} mixed_precision")
         processes = _int(opts.get("num_processes", config.get("num_processes", 0))) or None
         machines = _int(opts.get("num_machines", config.get("num_machines", 1))) or 1
-        if processes is None:
-            processes = here
+        if processes is None and not opts.get("config_file"):  # no config: every visible GPU (launch.py
+            processes = _visible_count(visible) or here  # _validate_launch_command, multi_gpu when several)
         plan.nodes = machines
         plan.world_size, plan.world_source = processes, (
             "--num_processes" if opts.get("num_processes") else "the accelerate config's num_processes"
@@ -207,12 +218,12 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         return
     if launch.launcher in ("llamafactory", "axolotl"):
         env = launch.env
-        per = _int(env.get("NPROC_PER_NODE")) or here
+        per = _int(env.get("NPROC_PER_NODE")) or _visible_count(visible) or here
         nodes = _int(env.get("NNODES")) or 1
         plan.nodes, plan.gpus_per_node = nodes, per
         plan.world_size = None if per is None else per * nodes
-        plan.world_source = ("NPROC_PER_NODE" if env.get("NPROC_PER_NODE") else
-                             "every GPU visible here" if here else here_note)
+        plan.world_source = ("NPROC_PER_NODE" if env.get("NPROC_PER_NODE") else f"CUDA_VISIBLE_DEVICES={visible}"
+                             if _visible_count(visible) else "every GPU visible here" if here else here_note)
         return
     plan.nodes, plan.gpus_per_node, plan.world_size = 1, 1, 1
     plan.world_source = "python starts one process"

@@ -101,8 +101,9 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules) -> tupl
         temporary.close()
         config_path = temporary.name
     if config_path is None:
-        why = ("the config file is missing (see PRE014)" if ds is not None else
-               "the line, its config file and the script's literals name no DeepSpeed config")
+        why = ("the config file is missing (see PRE014)" if ds is not None and isinstance(ds.value, str) and
+               ds.value.strip() else f"{ds.name} is {ds.value!r} ({ds.source}): the script builds its config in code"
+               if ds is not None else "the line, its config file and the script's literals name no DeepSpeed config")
         return [rules.PRE002.finding(f"check: not run: {why}", title="[check] not run")], None
     hf = None
     if plan.kind == "trainer":
@@ -233,3 +234,111 @@ def human_seconds(seconds: float) -> str:
     if seconds < 2 * 86400:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], dict]:
+    """The data audit (:mod:`dsdoctor.data_audit`) of each local data file, with the run's sequence length, micro
+    batch, world size, tokenizing workers and collective timeout (``ddp_timeout``), through the model's tokenizer
+    when the model is a local directory (else the bundled one, said in the evidence)."""
+    from dsdoctor import data_audit
+
+    if not files:
+        return [], {}
+    seq_len, _ = seq_len_of(plan)
+    if seq_len is None:
+        return [rules.PRE002.finding("data: not audited: no sequence length on the line, in its config or in the "
+                                     "script's literals", title="[data] not run",
+                                     fix="Give it: --set cutoff_len=N (or max_seq_length=N)")], {}
+    micro, _ = _int_setting(plan, "micro_batch")
+    workers, _ = _int_setting(plan, "preprocessing_num_workers")
+    timeout, _ = _int_setting(plan, "ddp_timeout")
+    model = plan.settings.value("model")
+    template = plan.settings.value("template")
+    template = template if template in ("chat", "chatglm", "alpaca") else "auto"
+    findings, results, tokenizer = [], {}, None
+    for path in files:
+        try:
+            if tokenizer is None:
+                tokenizer, what = data_audit.load_tokenizer(model if isinstance(model, str) else None)
+            result = data_audit.audit(path, None, seq_len, template, micro or 1, tokenizer=tokenizer)
+            result.tokenizer = what
+        except DsdoctorError as exc:
+            findings.append(rules.PRE002.finding(f"data: {exc}", title="[data] not run"))
+            continue
+        findings += [_titled(f, "data") for f in data_audit.findings(
+            result, path.name, seq_len, plan.world_size or 1, micro or 1, timeout, workers or 1)
+            if f.severity != "ok"]
+        results[str(path)] = {"records": result.records, "token_percentiles": result.percentiles,
+                              "truncated_share": round(result.truncated_share, 4), "cut_away": result.cut_away[:200],
+                              "tokenizer": result.tokenizer, "template": result.template, "padding": result.padding}
+    return findings, results
+
+
+def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules) -> tuple[list[Finding], dict]:
+    """``--probe``: ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method,
+    DeepSpeed config, data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), as a
+    subprocess; its findings, and the median step time after two warm-up steps (rank 0's
+    ``metrics/rank0.jsonl``), which the ETA then uses."""
+    import statistics
+    import subprocess
+    import sys
+
+    model = plan.settings.value("model")
+    if not isinstance(model, str) or not Path(model).expanduser().is_dir():
+        return [rules.PRE002.finding(f"probe: not run: the model {model!r} is not a local directory here (no "
+                                     "download at run time)", title="[probe] not run",
+                                     fix="Give the local model directory: --set model_name_or_path=DIR")], {}
+    method, _ = method_of(plan)
+    seq_len, _ = seq_len_of(plan)
+    micro, _ = _int_setting(plan, "micro_batch")
+    from dsdoctor.hardware import visible_gpus
+
+    here = len(visible_gpus()) or None
+    nproc = min(plan.gpus_per_node or 1, here) if here else 2
+    command = [sys.executable, "-m", "dsdoctor", "smoke", "--steps", str(steps), "--model", str(model), "--method", method,
+         "--nproc", str(nproc), "--out", str(out), "--json", str(out.parent / f"{out.name}.json"), "--no-verify"]
+    if plan.deepspeed:
+        command += ["--deepspeed", plan.deepspeed]
+    if files:
+        command += ["--data", str(files[0])]
+    if seq_len:
+        command += ["--seq-len", str(max(seq_len, 8))]
+    if micro and not plan.deepspeed:
+        command += ["--micro-batch", str(micro)]
+    if plan.launch.launcher == "deepspeed":
+        command += ["--launcher", "deepspeed"]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    try:
+        report = json.loads((out.parent / f"{out.name}.json").read_text())
+    except (OSError, ValueError):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return [rules.PRE002.finding(f"probe: smoke did not report (exit {proc.returncode}): {tail[0][:300]}",
+                                     title="[probe] smoke did not run")], {"command": command}
+    rows = []
+    try:
+        for line in (out / "metrics" / "rank0.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            if isinstance(row.get("step_time_s"), (int, float)):
+                rows.append(row["step_time_s"])
+    except (OSError, ValueError):
+        pass
+    measured = rows[2:] or rows
+    result = {"command": command, "nproc": nproc, "steps": len(rows),
+              "step_time_s": round(statistics.median(measured), 4) if measured else None,
+              "tokens_per_s": report.get("result", {}).get("tokens_per_s"),
+              "peak_allocated_bytes": report.get("result", {}).get("peak_allocated_bytes"),
+              "device": report.get("result", {}).get("device")}
+    findings = []
+    for f in report.get("findings", []):
+        finding = Finding(**{k: f[k] for k in ("id", "severity", "title", "evidence", "fix", "source")})
+        if finding.id in TREND_RULES and finding.severity == "warning":  # a trend needs a run, not a probe
+            finding = Finding(finding.id, "info", finding.title + f" (a probe of {steps} steps is too short to "
+                              "judge a trend)", finding.evidence, f"Judge it with `dsdoctor smoke --steps 100`. "
+                              + finding.fix, finding.source)
+        findings.append(_titled(finding, "probe"))
+    return findings, result
+
+
+#: smoke's judgements of a trend over the run (the loss falls, memory stays flat): a probe of a few steps measures
+#: step time and peak memory, and too few steps make these warnings about the probe, not the run
+TREND_RULES = {"TRN601", "TRN603", "TRN604", "TRN611"}
