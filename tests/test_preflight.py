@@ -177,3 +177,109 @@ def test_files_that_do_not_exist_are_findings_and_nothing_runs(tmp_path):
     assert code == 1, err
     assert ids(report)[:3] == ["PRE001", "PRE014", "PRE014"]
     assert not list(tmp_path.iterdir())  # nothing written, nothing launched
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "cases" / "launch-lines" / "examples"
+
+
+def _llamafactory_tree(root: Path) -> None:
+    """LLaMA-Factory's own example files (cases/launch-lines/examples, copied from hiyouga/LLaMA-Factory at the
+    commits in SOURCES.tsv) laid out as in its repository."""
+    lf = EXAMPLES / "llamafactory"
+    for name, target in (("examples__train_lora__qwen3_lora_sft_ds3.yaml", "examples/train_lora/qwen3_lora_sft_ds3.yaml"),
+                         ("examples__deepspeed__ds_z3_config.json", "examples/deepspeed/ds_z3_config.json"),
+                         ("data__alpaca_en_demo.json.first20", "data/alpaca_en_demo.json")):
+        (root / target).parent.mkdir(parents=True, exist_ok=True)
+        (root / target).write_bytes((lf / name).read_bytes())
+    (root / "data" / "dataset_info.json").write_text(json.dumps(
+        {"alpaca_en_demo": {"file_name": "alpaca_en_demo.json"}, "identity": {"file_name": "identity.json"}}))
+    (root / "data" / "identity.json").write_text(json.dumps(
+        [{"instruction": f"who are you {i}", "input": "", "output": "I am {{name}}."} for i in range(10)]))
+
+
+def test_llamafactory_qwen3_lora_ds3_example(tmp_path):
+    _llamafactory_tree(tmp_path)
+    code, report, err = preflight("--gpus", "4", "--gpu", "A100-80GB", "--", "llamafactory-cli", "train",
+                                  "examples/train_lora/qwen3_lora_sft_ds3.yaml", cwd=tmp_path)
+    assert code == 0, err
+    result = report["result"]
+    assert result["verdict"] in ("GO", "GO with warnings")
+    plan, inputs = result["plan"], result["estimate_inputs"]
+    assert (plan["loop"], plan["world_size"], result["method"]) == ("trainer", 4, "lora")
+    assert plan["deepspeed"].endswith("examples/deepspeed/ds_z3_config.json")
+    assert (inputs["model"]["value"], inputs["seq_len"]["value"], inputs["micro_batch"]["value"],
+            inputs["grad_accum"]["value"]) == ("Qwen/Qwen3-4B-Instruct-2507", 2048, 1, 2)
+    assert result["estimate"]["setup"]["zero_stage"] == 3  # from the config, not estimate's default
+    assert result["estimate"]["setup"]["lora_targets"] == ["all-linear"]
+    # the "auto" values are the Trainer's to fill (HF202), not an error of the engine loop
+    assert "DS100" in [f["id"] for f in report["findings"]]
+    # 20 + 10 samples (max_samples 1000 caps neither) / (4 x 1) = 8 batches a rank, // 2 = 4 steps, x 3 epochs
+    assert result["data"]["samples"] == 30 and result["eta"]["steps"] == 12
+
+
+def test_axolotl_llama3_lora_example_with_deepspeed_on_the_line(tmp_path):
+    ax = EXAMPLES / "axolotl"
+    (tmp_path / "examples" / "llama-3").mkdir(parents=True)
+    (tmp_path / "deepspeed_configs").mkdir()
+    (tmp_path / "examples/llama-3/lora-8b.yml").write_bytes((ax / "examples__llama-3__lora-8b.yml.dd66fb16").read_bytes())
+    (tmp_path / "deepspeed_configs/zero2.json").write_bytes((ax / "deepspeed_configs__zero2.json").read_bytes())
+    code, report, err = preflight("--gpu", "A100-80GB", "--", "accelerate launch --num_processes 2 -m axolotl.cli.train "
+                                  "examples/llama-3/lora-8b.yml --deepspeed deepspeed_configs/zero2.json", cwd=tmp_path)
+    result = report["result"]
+    plan, inputs = result["plan"], result["estimate_inputs"]
+    assert (plan["launch"]["tool"], plan["loop"], plan["world_size"], result["method"]) == ("axolotl", "trainer", 2, "lora")
+    assert plan["deepspeed"].endswith("deepspeed_configs/zero2.json")  # the line's --deepspeed over the YAML's empty key
+    assert (inputs["model"]["value"], inputs["seq_len"]["value"], inputs["micro_batch"]["value"],
+            inputs["grad_accum"]["value"]) == ("NousResearch/Meta-Llama-3-8B", 4096, 2, 4)
+    assert result["estimate"]["setup"]["lora_targets"] == ["all-linear"]  # lora_target_linear: true
+    assert result["estimate"]["setup"]["offload_optimizer"] == "cpu"
+    assert code in (0, 1), err
+
+
+def test_pasted_block_with_prompt_fence_and_comment_inside_the_continuation(tmp_path):
+    text = ("```bash\n(venv) user@host:~/work$ deepspeed --num_gpus 2 train.py \\\n    --deepspeed ds.json \\\n"
+            "#    --bf16 \\\n    --per_device_train_batch_size 4\n```\n")
+    launch = parse_launch([text])
+    assert (launch.launcher, launch.script, launch.script_args) == ("deepspeed", "train.py", ["--deepspeed", "ds.json"])
+    assert launch.dangling == "--per_device_train_batch_size 4"  # bash ends the command at the comment line
+
+
+def test_launch_line_in_a_shell_script_with_its_variables(tmp_path):
+    (tmp_path / "finetune.sh").write_text("#!/bin/bash\nNPROC=4\nMODEL=/data/qwen\nPORT=$(shuf -i 20000-30000 -n 1)\n"
+                                          "torchrun --nproc_per_node $NPROC --master_port $PORT train.py \\\n"
+                                          "  --model_name_or_path $MODEL --bf16 True\n")
+    launch = parse_launch(["bash", str(tmp_path / "finetune.sh")])
+    assert launch.options == {"nproc_per_node": "4", "master_port": "$PORT"}
+    assert launch.script_args == ["--model_name_or_path", "/data/qwen", "--bf16", "True"]
+    assert launch.source.endswith("line 5")
+
+
+def test_probe_on_the_bundled_model_gives_go_with_a_measured_eta(tmp_path):
+    from dsdoctor.reference_train import train as reference
+
+    (tmp_path / "ds.json").write_text(json.dumps({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {"lr": 2e-4, "torch_adam": True}}, "bf16": {"enabled": True}}))
+    code, report, err = preflight("--probe", "--probe-steps", "12", "--out", str(tmp_path / "probe"), "--",
+                                  "deepspeed", "--num_gpus", "2", reference.__file__, "--deepspeed", "ds.json",
+                                  "--seq-len", "64", "--max-steps", "300", "--model", str(reference.DEFAULT_MODEL),
+                                  cwd=tmp_path)
+    assert code == 0, err[-2000:]
+    result = report["result"]
+    assert result["verdict"] == "GO", [f for f in report["findings"] if f["severity"] in ("warning", "error")]
+    assert result["probe"]["nproc"] == 2 and result["probe"]["step_time_s"] > 0
+    assert result["eta"]["steps"] == 300
+    assert result["eta"]["step_time_from"].startswith("measured by --probe")
+    assert result["eta"]["total_s"] == pytest.approx(300 * result["probe"]["step_time_s"], rel=0.01)
+
+
+def test_dataset_whose_answers_are_cut_away_is_no_go_with_line_numbers(tmp_path):
+    rows = [{"instruction": "short question", "output": "short answer"}] * 3
+    rows[1] = {"instruction": "a long prompt " * 60, "output": "never trained"}
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "t.py").write_text("import deepspeed\nmodel = None\nengine = deepspeed.initialize(model=model)\n")
+    code, report, _ = preflight("--", "deepspeed", "--num_gpus", "2", "t.py", "--data_path", "d.jsonl",
+                                "--model_max_length", "64", cwd=tmp_path)
+    assert code == 1 and report["result"]["verdict"] == "NO-GO"
+    cut = [f for f in report["findings"] if f["id"] == "DATA701"]
+    assert cut and "lines 2" in cut[0]["evidence"] and cut[0]["severity"] == "error"

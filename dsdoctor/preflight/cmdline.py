@@ -329,7 +329,8 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
         found = _LAUNCH_SEARCH.search(stripped + " ")
         if found:
             line = stripped[found.start():].rstrip("\\ \t")
-            options_below = number < len(joined) and re.match(r"^\s*--?\w", joined[number])
+            below = next((text for text in joined[number:] if text.strip() and not text.lstrip().startswith("#")), "")
+            options_below = re.match(r"^\s*--?\w", below)
             try:
                 launch = parse_launch([_substitute(line, variables)], nested=True)
             except DsdoctorError as exc:
@@ -346,7 +347,7 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
                                     "paste has no backslashes at the line ends)")
             else:
                 if options_below:  # the shell ends the command here: what follows is another command
-                    launch.dangling = joined[number].strip()[:160]
+                    launch.dangling = below.strip()[:160]
             if not _runs_training(launch):  # prose ("supports torchrun and deepspeed"), or a preprocessing step
                 last_error = DsdoctorError(f"{label} line {number}: `{line[:80]}` does not start a training run")
                 continue
@@ -368,8 +369,10 @@ def _continued(lines: list[str]) -> list[str]:
     out: list[str] = []
     open_at = None
     for line in lines:
+        if open_at is not None and line.lstrip().startswith("#"):
+            open_at = None  # a comment inside a continuation ends the command there
         if open_at is not None:
-            out[open_at] += " " + line.rstrip().rstrip("\\")
+            out[open_at] += " " + re.sub(r"\\[ \t]*$", "", line.rstrip())
             out.append("")
             if not re.search(r"\\[ \t]*$", line):
                 open_at = None
