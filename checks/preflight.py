@@ -94,3 +94,11 @@ PRE017 = rule(
         "of the command.",
     source="bash: a backslash-newline continues a command; LLaMA-Factory issue 3224 (a missing backslash after "
            "--mix_strategy)")
+PRE018 = rule(
+    "PRE018", "info", "DeepSpeed ops the config builds",
+    what="The ops DeepSpeed compiles for this config's optimizer (FusedAdam, CPUAdam with optimizer offload, ...), "
+         "as deepspeed/runtime/engine.py _configure_basic_optimizer chooses them.",
+    why="A first JIT build needs nvcc, a compiler and the CUDA headers on every node, and takes minutes while the "
+        "other ranks wait; a build that fails stops the run after the model has loaded.",
+    fix="Build them now, before the run: `dsdoctor env --build-ops ds_config.json` (ENV3xx says what is missing).",
+    source="deepspeed/runtime/engine.py _configure_basic_optimizer; deepspeed/ops/op_builder")

@@ -352,8 +352,9 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
                 last_error = DsdoctorError(f"{label} line {number}: `{line[:80]}` does not start a training run")
                 continue
             launch.env = {**(env or {}), **launch.env}
-            launch.source = f"{label} line {number}"
-            launch.notes.append(f"launch line read from {label} line {number}")
+            if label != "the pasted text" or sum(1 for t in joined if t.strip()) > 1:
+                launch.source = f"{label} line {number}"
+                launch.notes.append(f"launch line read from {label} line {number}")
             return launch
     if last_error is not None:
         raise last_error

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -136,6 +137,15 @@ def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding],
     accum, accum_source = _int_setting(plan, "grad_accum")
     rank, _ = _int_setting(plan, "lora_rank")
     ckpt = as_bool(s.value("grad_ckpt"))
+    ckpt_source = s.get("grad_ckpt").source if s.get("grad_ckpt") and ckpt is not None else ""
+    if ckpt is None:
+        if plan.script is not None and "gradient_checkpointing" in plan.script.conditional:
+            # the script turns it on in a branch (the reference trainer: on unless ptuning): estimate's own rule
+            ckpt, ckpt_source = method != "ptuning", ("set in a branch of the script "
+                                                      f"({plan.script.conditional['gradient_checkpointing'][1]}): "
+                                                      "assumed on unless P-Tuning")
+        else:
+            ckpt, ckpt_source = False, "not given: off (TrainingArguments' default; no gradient_checkpointing_enable())"
     targets = s.value("lora_target")
     if as_bool(s.value("lora_target_linear")):
         targets = "all-linear"
@@ -148,18 +158,21 @@ def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding],
     if precision is None and isinstance(dtype, str):
         precision = "bf16" if "bfloat16" in dtype or dtype == "bf16" else "fp16" if "float16" in dtype else None
     explicit = set()
-    if micro:
+    if micro and not micro_source.split("(", 1)[-1].startswith("default "):
         explicit.add("micro_batch")
-    if accum:
+    elif micro and plan.deepspeed:  # a script's default under a config that sets it: the config's value counts
+        micro, micro_source = None, ""
+    if accum and not accum_source.split("(", 1)[-1].startswith("default "):
         explicit.add("grad_accum")
+    elif accum and plan.deepspeed:
+        accum, accum_source = None, ""
     if precision:
         explicit.add("precision")
     inputs = {"model": (model.value, model.source), "method": (method, method_source),
               "seq_len": (seq_len or 1024, seq_source or "not given: estimate's default 1024"),
               "micro_batch": (micro or 1, micro_source or "not given: 1 (or the DeepSpeed config's)"),
               "grad_accum": (accum or 1, accum_source or "not given: 1 (or the DeepSpeed config's)"),
-              "grad_ckpt": (ckpt if ckpt is not None else False,
-                            s.get("grad_ckpt").source if s.get("grad_ckpt") else "not given: off"),
+              "grad_ckpt": (ckpt, ckpt_source),
               "launch": (plan.kind, plan.kind_source)}
     if plan.world_size is None:
         return [rules.PRE002.finding(f"estimate: not run: the world size is unknown ({plan.world_source})",
@@ -191,11 +204,28 @@ def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list
     findings += [_titled(f, "env") for f in report.findings if f.id != "ENV300"]
     opts = plan.launch.options
     port = opts.get("master_port") or opts.get("main_process_port") or plan.launch.env.get("MASTER_PORT")
-    node_rank = str(opts.get("node_rank") or opts.get("machine_rank") or "0")
-    if port and node_rank == "0":
+    addr = opts.get("master_addr") or opts.get("main_process_ip") or plan.launch.env.get("MASTER_ADDR")
+    node_rank = str(opts.get("node_rank") or opts.get("machine_rank") or plan.launch.env.get("NODE_RANK")
+                    or plan.launch.env.get("RANK") or "0")
+    if port and node_rank == "0":  # the first node binds the rendezvous port
         found = master_port_finding({"MASTER_PORT": str(port)})
         if found is not None:
             findings.append(_titled(found, "env"))
+    # the NCCL variables the line sets, and (on a node other than the first) whether the master is reachable
+    line_env = {k: v for k, v in plan.launch.env.items() if k.startswith(("NCCL_", "TORCH_NCCL", "GLOO_"))}
+    if line_env or (addr and node_rank != "0"):
+        from dsdoctor.checks.network import network_findings
+
+        net = dict((report.result.get("facts") or {}).get("network") or {})
+        net.update(line_env)
+        net.pop("MASTER_PORT", None)
+        net["MASTER_ADDR"] = addr if node_rank != "0" else None
+        if addr and node_rank != "0" and port:
+            net["MASTER_PORT"] = str(port)
+        seen = {(f.id, f.evidence) for f in report.findings}
+        for finding in network_findings(net, os.geteuid(), live=bool(net.get("MASTER_ADDR"))):
+            if (finding.id, finding.evidence) not in seen and finding.id != "NET401":
+                findings.append(_titled(finding, "env"))
     ops = []
     if plan.deepspeed:
         from dsdoctor.checks.environment import ops_for_config
@@ -203,6 +233,10 @@ def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list
 
         config = loaded_json(plan.deepspeed)
         ops = ops_for_config(config) if config else []
+    if ops:
+        findings.append(rules.PRE018.finding(
+            f"{Path(plan.deepspeed).name} builds {', '.join(ops)} at the first step (JIT, unless DeepSpeed was "
+            "installed with them prebuilt)"))
     return findings, {"ops_needed": ops, "paste_block": report.block}
 
 
