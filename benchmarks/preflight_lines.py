@@ -1,5 +1,5 @@
 """How well ``dsdoctor preflight`` reads real launch lines: the 68 pastes of ``cases/launch-lines/lines`` (collected
-from public GitHub issues by a helper, not written by us), against ``cases/launch-lines/expected.json`` (launcher,
+from public GitHub issues by a helper, not written by us), against ``cases/launch-lines/truth.json`` (launcher,
 the script or tool config the line runs, the world size the line fixes). Odd numbers tuned the reader; even numbers
 are held out and reported apart.
 
@@ -38,7 +38,7 @@ def read(text: str) -> object:
 
 def main() -> None:
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    expected = json.loads((CORPUS / "expected.json").read_text())["items"]
+    expected = json.loads((CORPUS / "truth.json").read_text())["items"]
     score = {"tuning": [0, 0], "held-out": [0, 0]}
     for path in sorted((CORPUS / "lines").glob("*.txt")):
         number = path.name[:2]

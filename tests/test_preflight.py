@@ -283,3 +283,19 @@ def test_dataset_whose_answers_are_cut_away_is_no_go_with_line_numbers(tmp_path)
     assert code == 1 and report["result"]["verdict"] == "NO-GO"
     cut = [f for f in report["findings"] if f["id"] == "DATA701"]
     assert cut and "lines 2" in cut[0]["evidence"] and cut[0]["severity"] == "error"
+
+
+def test_the_real_launch_lines_are_read_as_their_truth_says(monkeypatch):
+    """cases/launch-lines: 68 lines pasted in public issues (not written by us), each read to its launcher, script or
+    config, and world size (benchmarks/preflight_lines.py reports the tuning and held-out halves apart)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from preflight_lines import CORPUS, read
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    truth = json.loads((CORPUS / "truth.json").read_text())["items"]
+    wrong = {}
+    for path in sorted((CORPUS / "lines").glob("*.txt")):
+        got = read(path.read_text().split("\n", 1)[1])
+        if got != truth[path.name[:2]]:
+            wrong[path.name] = (got, truth[path.name[:2]])
+    assert not wrong and len(truth) == 68
