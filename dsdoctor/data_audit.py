@@ -62,6 +62,7 @@ class Audit:
     padding: dict[str, float] = field(default_factory=dict)
     tokenize_s_per_sample: float = 0.0
     template: str = ""
+    chat_template: bool = False  # the tokenizer ships a chat template
     tokenizer: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -211,6 +212,7 @@ def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", m
     else:
         result.tokenizer = getattr(tokenizer, "name_or_path", "given")
     has_chat = bool(getattr(tokenizer, "chat_template", None))
+    result.chat_template = has_chat
     if template == "auto":
         template = "chat" if has_chat else "chatglm"
     if template == "chat" and not has_chat:
@@ -267,7 +269,7 @@ def _lines(wheres: list[str], limit: int = 12) -> str:
 
 
 def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_batch: int = 1,
-             timeout_s: float | None = None, workers: int = 1, model_template: str | None = None) -> list[Finding]:
+             timeout_s: float | None = None, workers: int = 1) -> list[Finding]:
     """The DATA7xx findings of ``result`` for the file ``name``."""
     from dsdoctor.checks import data as rules
 
@@ -316,7 +318,7 @@ def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_
             severity=severity, title="Tokenizing before training runs past the collective timeout"
             if severity == "error" else "Tokenizing before training nears the collective timeout"
             if severity == "warning" else "Tokenizing before training fits the collective timeout"))
-    if model_template and result.template and model_template != result.template:
-        out.append(rules.DATA708.finding(f"{name}: trained with the {result.template} template; the model ships a "
-                                         f"chat template"))
+    if result.chat_template and result.template in ("chatglm", "alpaca"):
+        out.append(rules.DATA708.finding(f"{name}: formatted with the {result.template} template; {result.tokenizer} "
+                                         "ships a chat template"))
     return out

@@ -107,3 +107,19 @@ def test_bad_data_files_one_line_exit_2(tmp_path, content, message):
         path.write_bytes(content)
     code, _, err = data(str(path))
     assert code == 2 and message in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_a_template_other_than_the_models_chat_template(tmp_path):
+    import shutil
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(reference.DEFAULT_MODEL / name, tmp_path / name)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    config["chat_template"] = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    alpaca = data_audit.audit(reference.DEFAULT_DATA, str(tmp_path), 512, "alpaca")
+    assert "DATA708" in [f.id for f in data_audit.findings(alpaca, "sft.jsonl", 512)]
+    chat = data_audit.audit(reference.DEFAULT_DATA, str(tmp_path), 512, "auto")
+    assert chat.template == "chat" and "DATA708" not in [f.id for f in data_audit.findings(chat, "sft.jsonl", 512)]
+    assert min(chat.lengths) > 0 and chat.lengths != alpaca.lengths

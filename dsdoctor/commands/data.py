@@ -36,10 +36,8 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
         if path.is_dir():
             raise DsdoctorError(f"--dataset {dataset}: {shown(str(path))} is a directory; give one of its files")
     result = data_audit.audit(path, model, seq_len, template, micro_batch, info=info, full=full)
-    model_template = None
     report = Report("data")
-    for finding in data_audit.findings(result, path.name, seq_len, world_size, micro_batch, timeout, workers,
-                                       model_template):
+    for finding in data_audit.findings(result, path.name, seq_len, world_size, micro_batch, timeout, workers):
         report.add(finding)
     report.result = {"file": str(path), "records": result.records, "tokenized": result.tokenized,
                      "tokenizer": result.tokenizer, "template": result.template, "seq_len": seq_len,
