@@ -3,7 +3,9 @@ from public GitHub issues by a helper, not written by us), against ``cases/launc
 the script or tool config the line runs, the world size the line fixes). Odd numbers tuned the reader; even numbers
 are held out and reported apart.
 
-    python benchmarks/preflight_lines.py [--show]
+    python benchmarks/preflight_lines.py [--show] [--corpus cases/launch-lines-2]
+
+``cases/launch-lines-2`` is a second batch of 51, every line held out (no split by number).
 """
 
 from __future__ import annotations
@@ -38,19 +40,23 @@ def read(text: str) -> object:
 
 def main() -> None:
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    expected = json.loads((CORPUS / "truth.json").read_text())["items"]
+    corpus = ROOT / sys.argv[sys.argv.index("--corpus") + 1] if "--corpus" in sys.argv else CORPUS
+    second = corpus != CORPUS
+    expected = json.loads((corpus / "truth.json").read_text())["items"]
     score = {"tuning": [0, 0], "held-out": [0, 0]}
-    for path in sorted((CORPUS / "lines").glob("*.txt")):
+    for path in sorted((corpus / "lines").glob("*.txt")):
         number = path.name[:2]
         text = path.read_text().split("\n", 1)[1]
         got, want = read(text), expected[number]
         ok = got == want
-        split = "tuning" if int(number) % 2 else "held-out"
+        split = "held-out" if second or int(number) % 2 == 0 else "tuning"
         score[split][0] += ok
         score[split][1] += 1
         if "--show" in sys.argv or not ok:
             print(f"{'ok ' if ok else 'BAD'} {path.name[:50]:50} got {got} want {want}")
     for split, (good, total) in score.items():
+        if not total:
+            continue
         print(f"{split}: {good}/{total} read right ({good / total:.0%})")
 
 

@@ -328,7 +328,9 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
             continue
         found = _LAUNCH_SEARCH.search(stripped + " ")
         if found:
-            line = stripped[found.start():].rstrip("\\ \t")
+            # from the launcher to the end of the line as written (a trailing "\\ " is bash's escaped space, a word);
+            # a lone backslash at the very end of the text continues nothing and is dropped
+            line = re.sub(r"\\$", "", line.lstrip()[found.start():].rstrip("\r\n"))
             below = next((text for text in joined[number:] if text.strip() and not text.lstrip().startswith("#")), "")
             options_below = re.match(r"^\s*--?\w", below)
             try:
@@ -363,9 +365,9 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
 
 
 def _continued(lines: list[str]) -> list[str]:
-    """``lines`` with backslash continuations joined as the shell joins them: a line ending in a backslash (spaces
-    after it tolerated, as pastes lose them) continues on the next; a comment line never does (its backslash is
-    part of the comment). The result has one entry per input line (a joined line's followers become empty), so
+    """``lines`` with backslash continuations joined as the shell joins them: a line ending in a backslash continues
+    on the next (a backslash followed by a space is an escaped space instead, and the command ends there, as in
+    bash); a comment line never does (its backslash is part of the comment). The result has one entry per input line (a joined line's followers become empty), so
     line numbers stay the text's."""
     out: list[str] = []
     open_at = None
@@ -373,14 +375,14 @@ def _continued(lines: list[str]) -> list[str]:
         if open_at is not None and line.lstrip().startswith("#"):
             open_at = None  # a comment inside a continuation ends the command there
         if open_at is not None:
-            out[open_at] += " " + re.sub(r"\\[ \t]*$", "", line.rstrip())
+            out[open_at] += " " + re.sub(r"\\$", "", line.rstrip("\r\n"))
             out.append("")
-            if not re.search(r"\\[ \t]*$", line):
+            if not re.search(r"\\$", line.rstrip("\r\n")):
                 open_at = None
             continue
         out.append(line)
-        if not line.lstrip().startswith("#") and re.search(r"\\[ \t]*$", line):
-            out[-1] = re.sub(r"\\[ \t]*$", "", line)
+        if not line.lstrip().startswith("#") and re.search(r"\\$", line.rstrip("\r\n")):
+            out[-1] = re.sub(r"\\$", "", line.rstrip("\r\n"))
             open_at = len(out) - 1
     return out
 
