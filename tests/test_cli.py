@@ -18,9 +18,11 @@ DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111"
           "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
           "DS143", "DS144", "DS145", "DS146", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 10)]
-ALL_IDS = ([f"TRN6{i:02d}" for i in range(14)] + ["DATA701", "DATA702", "DATA703"] + [f"MEM5{i:02d}" for i in range(14)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(14)] + [f"DATA7{i:02d}" for i in range(1, 9)] + [f"MEM5{i:02d}" for i in range(14)]
            + [f"ENV3{i:02d}" for i in range(35)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414", "NET415", "NET416"]
            + [f"LOG8{i:02d}" for i in range(13)] + [f"HANG9{i:02d}" for i in range(10)]
+           + ["PRE001", "PRE002", "PRE010", "PRE011", "PRE012", "PRE013", "PRE014", "PRE015", "PRE016", "PRE017",
+              "PRE018", "PRE020"]
            + DS_IDS + HF_IDS)
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
 FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}
@@ -60,7 +62,7 @@ def test_help_lists_commands(runner):
 def test_rules_table_is_a_catalogue_of_id_severity_title(runner):
     result = runner.invoke(cli, ["rules"])
     assert result.exit_code == 0, result.output
-    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d|HF2\d\d|MEM5\d\d|ENV3\d\d|LOG8\d\d|HANG9\d\d)\b",
+    found = set(re.findall(r"\b(?:TRN6\d\d|DATA7\d\d|NET4\d\d|DS1\d\d|HF2\d\d|MEM5\d\d|ENV3\d\d|LOG8\d\d|HANG9\d\d|PRE0\d\d)\b",
                            result.stdout))
     assert found == set(ALL_IDS)
     # each row: the ID, its default severity in words, its title (not a status of INFO for every rule)
@@ -115,7 +117,7 @@ def test_rules_unknown_id_exits_2_with_one_line(runner):
 def test_a_misspelled_command_gets_did_you_mean(runner):
     line = one_error_line(runner.invoke(cli, ["chek", "x.json"]))
     assert "no such command 'chek'; did you mean `dsdoctor check`?" in line
-    assert "commands: check, env" in one_error_line(runner.invoke(cli, ["zzzzzz"]))
+    assert "commands: check, data, env" in one_error_line(runner.invoke(cli, ["zzzzzz"]))
 
 
 def test_bare_dsdoctor_prints_help_and_exits_0(runner):
