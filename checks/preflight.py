@@ -102,3 +102,10 @@ PRE018 = rule(
         "other ranks wait; a build that fails stops the run after the model has loaded.",
     fix="Build them now, before the run: `dsdoctor env --build-ops ds_config.json` (ENV3xx says what is missing).",
     source="deepspeed/runtime/engine.py _configure_basic_optimizer; deepspeed/ops/op_builder")
+PRE019 = rule(
+    "PRE019", "error", "A file the run reads is broken",
+    what="The DeepSpeed config or the tool's config does not parse (truncated JSON, not a mapping, a directory, "
+         "binary), or the training script is not valid Python here.",
+    why="The run stops when it reads it: DeepSpeed at initialize (after the model has loaded), Python at once.",
+    fix="Fix the file at the line shown (python -m json.tool ds_config.json; python -m py_compile train.py).",
+    source="json.loads / yaml.safe_load as DeepSpeed and HfArgumentParser read them; ast.parse")

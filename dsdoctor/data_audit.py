@@ -62,6 +62,8 @@ class Audit:
     padding: dict[str, float] = field(default_factory=dict)
     tokenize_s_per_sample: float = 0.0
     template: str = ""
+    truncation: str = "reference"
+    dropped: list[str] = field(default_factory=list)  # axolotl: samples longer than sequence_len (of those tokenized)
     chat_template: bool = False  # the tokenizer ships a chat template
     tokenizer: str = ""
     notes: list[str] = field(default_factory=list)
@@ -152,6 +154,10 @@ def load_tokenizer(model: str | None):
     import dsdoctor.reference_train as bundle
 
     bundled = Path(bundle.__file__).resolve().parent / "assets" / "tiny-model"
+    if model and not Path(model).expanduser().exists() and (model.startswith((".", "/", "~")) or model.count("/") > 1):
+        raise DsdoctorError(f"--model {model}: no such directory")
+    if model and Path(model).expanduser().exists() and not Path(model).expanduser().is_dir():
+        raise DsdoctorError(f"--model {model}: not a model directory (give the directory with config.json)")
     if model and Path(model).expanduser().is_dir():
         try:
             return AutoTokenizer.from_pretrained(str(Path(model).expanduser()), trust_remote_code=False), \
@@ -190,11 +196,30 @@ def _encode(tokenizer, template: str, samples: list[Sample]) -> list[tuple[int, 
     return [(len(p), len(a) + 1) for p, a in zip(prompts, answers)]
 
 
+def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int, int]:
+    """(prompt tokens, answer tokens) LLaMA-Factory keeps of a sample at ``cutoff_len``: the answer keeps its share
+    of the budget, so it is never cut away entirely (LLaMA-Factory ``data/processor/processor_utils.py``
+    ``infer_seqlen``, mirrored)."""
+    if target_len * 2 < cutoff_len:
+        max_target_len = cutoff_len
+    elif source_len * 2 < cutoff_len:
+        max_target_len = cutoff_len - source_len
+    else:
+        max_target_len = int(cutoff_len * (target_len / (source_len + target_len)))
+    new_target_len = min(max_target_len, target_len)
+    new_source_len = min(max(cutoff_len - new_target_len, 0), source_len)
+    return new_source_len, new_target_len
+
+
 def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", micro_batch: int = 1,
-          info: dict | None = None, full: bool = False, seed: int = 0, tokenizer=None) -> Audit:
+          info: dict | None = None, full: bool = False, seed: int = 0, tokenizer=None,
+          truncation: str = "reference") -> Audit:
     """Audit the dataset at ``path`` for a run at ``seq_len`` tokens with ``template`` ("auto": the tokenizer's
     chat template if it has one, else ChatGLM's, as the reference trainer) and ``micro_batch`` samples a batch (for
-    the padding). Raises DsdoctorError for a file that cannot be read."""
+    the padding). ``truncation``: how the run shortens a long sample: "reference" (the answer is cut, and lost
+    entirely when the prompt fills the length: reference_train, the tutorials), "llamafactory" (the length is shared:
+    :func:`infer_seqlen`; no answer is lost) or "axolotl" (a sample longer than ``sequence_len`` is dropped:
+    axolotl's ``drop_long_seq``). Raises DsdoctorError for a file that cannot be read."""
     result = Audit()
     samples, result.malformed, result.empty = read_samples(path, info)
     result.records = len(samples) + len(result.empty) + len(result.malformed)
@@ -232,8 +257,12 @@ def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", m
     result.percentiles["max"] = ordered[-1]
     result.percentiles["mean"] = round(statistics.fmean(totals))
     result.truncated_share = sum(t > seq_len for t in totals) / len(totals)
-    cut = {s.where for s, (p, _) in zip(chosen, counts) if p >= seq_len}
-    if len(chosen) < len(samples):  # every record that could be cut away, tokenized exactly
+    result.truncation = truncation
+    if truncation == "axolotl":  # too long: dropped, not truncated
+        result.dropped = sorted((s.where for s, t in zip(chosen, totals) if t > seq_len),
+                                key=lambda w: int(w.split()[-1]))
+    cut = {s.where for s, (p, _) in zip(chosen, counts) if p >= seq_len} if truncation == "reference" else set()
+    if truncation == "reference" and len(chosen) < len(samples):  # every record that could be cut away, exactly
         # a prompt of c characters has at least c / r tokens, r the most characters a prompt token held in the
         # sample (the template's tokens only lower r); 0.8 of the densest r seen leaves room for denser text
         densest = min(len(_flat(s)) / max(p, 1) for s, (p, _) in zip(chosen, counts))
@@ -277,18 +306,29 @@ def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_
     if result.malformed:
         out.append(rules.DATA702.finding(f"{name}: {len(result.malformed)} malformed: "
                                          + "; ".join(result.malformed[:5])))
+    if not result.records:
+        out.append(rules.DATA702.finding(f"{name}: no samples (the file is empty or holds only blank lines)",
+                                         title="No samples"))
     if result.empty:
         out.append(rules.DATA701.finding(f"{name}: {len(result.empty)} sample(s) with an empty answer: "
-                                         f"{_lines(result.empty)}", title="Samples with an empty answer"))
+                                         f"{_lines(result.empty)}", title="Samples with an empty answer",
+                                         fix="Drop those samples, or fill their answers: an empty answer has no "
+                                             "token to learn."))
     if result.cut_away:
         out.append(rules.DATA701.finding(
             f"{name}: {len(result.cut_away)} sample(s) whose prompt fills the sequence length {seq_len} with the "
             f"{result.template} template, so every label is -100: {_lines(result.cut_away)}"))
+    if result.dropped:
+        share = len(result.dropped) / max(result.tokenized, 1)
+        out.append(rules.DATA704.finding(
+            f"{name}: {share:.1%} of the samples tokenized are longer than sequence_len {seq_len}: axolotl drops "
+            f"them (drop_long_seq): {_lines(result.dropped)}", severity="warning" if share > 0.05 else "info",
+            title="Samples dropped for their length"))
     usable = result.records - len(result.malformed) - len(result.empty) - len(result.cut_away)
     if result.records and usable < micro_batch * world_size:
         out.append(rules.DATA703.finding(f"{name}: {usable} usable sample(s); micro batch {micro_batch} x world "
                                          f"size {world_size} = {micro_batch * world_size}"))
-    if result.tokenized:
+    if result.tokenized and not result.dropped:
         share = result.truncated_share
         out.append(rules.DATA704.finding(
             f"{name}: {share:.1%} of samples longer than {seq_len} tokens (tokens: "

@@ -123,3 +123,23 @@ def test_a_template_other_than_the_models_chat_template(tmp_path):
     chat = data_audit.audit(reference.DEFAULT_DATA, str(tmp_path), 512, "auto")
     assert chat.template == "chat" and "DATA708" not in [f.id for f in data_audit.findings(chat, "sft.jsonl", 512)]
     assert min(chat.lengths) > 0 and chat.lengths != alpaca.lengths
+
+
+def test_empty_file_nonexistent_model_and_a_stray_dataset_option(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    code, report, _ = data(str(tmp_path / "empty.jsonl"))
+    assert code == 1 and [f["id"] for f in report["findings"]] == ["DATA702"]
+    code, _, err = data(str(reference.DEFAULT_DATA), "--model", str(tmp_path / "no-such-model"))
+    assert code == 2 and "no such directory" in err
+    code, _, err = data(str(reference.DEFAULT_DATA), "--dataset", "alpaca")
+    assert code == 2 and "goes with a LLaMA-Factory dataset_info.json" in err
+
+
+def test_llamafactory_shares_the_length_and_axolotl_drops(tmp_path):
+    assert data_audit.infer_seqlen(300, 20, 256) == (236, 20)  # a short answer keeps all its tokens
+    assert data_audit.infer_seqlen(300, 300, 256) == (128, 128)
+    lf = data_audit.audit(reference.DEFAULT_DATA, None, 24, "chatglm", truncation="llamafactory")
+    ref = data_audit.audit(reference.DEFAULT_DATA, None, 24, "chatglm")
+    ax = data_audit.audit(reference.DEFAULT_DATA, None, 24, "chatglm", truncation="axolotl")
+    assert ref.cut_away and not lf.cut_away and not ax.cut_away
+    assert len(ax.dropped) == sum(t > 24 for t in ax.lengths) > 0

@@ -147,12 +147,15 @@ def test_tutorial_b_trainer_script_read_from_its_literals():
 
 def test_cuda_visible_devices_ignored_by_the_deepspeed_launcher(tmp_path):
     (tmp_path / "t.py").write_text("import deepspeed\n")
-    code, report, _ = preflight("--", "CUDA_VISIBLE_DEVICES=2,3 deepspeed --num_gpus 2 t.py", cwd=tmp_path)
-    assert "PRE013" in ids(report)
+    code, report, _ = preflight("--", "CUDA_VISIBLE_DEVICES=2,3 deepspeed --num_gpus 2 t.py --deepspeed x", cwd=tmp_path)
+    found = [f for f in report["findings"] if f["id"] == "PRE013"][0]
+    assert "--include localhost:2,3" in found["fix"] and "--deepspeed" not in found["evidence"]
 
 
 @pytest.mark.parametrize("line,message", [
     ("deepspeed --num_gpus 4", "names no script"),
+    ("deepspeed --num_gpus abc train.py", "invalid int value: 'abc'"),
+    ("torchrun --nproc_per_node=-1 train.py", "starts no process"),
     ("llamafactory-cli train", "names no config file"),
     ("deepspeed --num_gpus 4 --nonsense_flag 1 train.py", "would refuse"),
     ("ls -la", "not a launcher"),
@@ -210,6 +213,7 @@ def test_llamafactory_qwen3_lora_ds3_example(tmp_path):
     assert (inputs["model"]["value"], inputs["seq_len"]["value"], inputs["micro_batch"]["value"],
             inputs["grad_accum"]["value"]) == ("Qwen/Qwen3-4B-Instruct-2507", 2048, 1, 2)
     assert result["estimate"]["setup"]["zero_stage"] == 3  # from the config, not estimate's default
+    assert inputs["grad_ckpt"]["value"] is True  # LLaMA-Factory's own default (disable_gradient_checkpointing)
     assert result["estimate"]["setup"]["lora_targets"] == ["all-linear"]
     # the "auto" values are the Trainer's to fill (HF202), not an error of the engine loop
     assert "DS100" in [f["id"] for f in report["findings"]]
@@ -299,3 +303,38 @@ def test_the_real_launch_lines_are_read_as_their_truth_says(monkeypatch):
         if got != truth[path.name[:2]]:
             wrong[path.name] = (got, truth[path.name[:2]])
     assert not wrong and len(truth) == 68
+
+
+def test_a_client_optimizer_in_the_script_is_seen(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2},
+                                                  "bf16": {"enabled": True}}))
+    (tmp_path / "t.py").write_text("import torch, deepspeed\nopt = torch.optim.AdamW(model.parameters())\n"
+                                   "engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config='ds.json')\n")
+    code, report, _ = preflight("--", "deepspeed --num_gpus 2 t.py", cwd=tmp_path)
+    assert "DS120" not in ids(report) and report["result"]["check"]["client_optimizer"] is True
+
+
+def test_broken_files_are_blocking_findings(tmp_path):
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 2')
+    (tmp_path / "t.py").write_text("def broken(:\n    pass\n")
+    code, report, _ = preflight("--", "deepspeed --num_gpus 2 t.py --deepspeed ds.json", cwd=tmp_path)
+    assert code == 1 and report["result"]["verdict"] == "NO-GO"
+    broken = [f for f in report["findings"] if f["id"] == "PRE019"]
+    assert len(broken) == 2 and "line 1" in broken[0]["evidence"] + broken[1]["evidence"]
+
+
+def test_a_llamafactory_dataset_not_in_dataset_info_is_blocking(tmp_path):
+    _llamafactory_tree(tmp_path)
+    code, report, _ = preflight("--gpus", "2", "--", "llamafactory-cli", "train",
+                                "examples/train_lora/qwen3_lora_sft_ds3.yaml", "dataset=nope", cwd=tmp_path)
+    missing = [f for f in report["findings"] if f["id"] == "PRE014"]
+    assert code == 1 and missing and "Undefined dataset nope" in missing[0]["evidence"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpu-ccc", "8.0", "--", "deepspeed", "t.py"], "no such option"),
+    (["--set", "per_device_train_batch_size=-4", "--", "deepspeed", "t.py"], "must be a positive number"),
+])
+def test_bad_preflight_options_one_line_exit_2(args, message, tmp_path):
+    code, _, err = preflight(*args, cwd=tmp_path)
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -208,7 +208,8 @@ def run_check(config_path: str, world_size: int | None = None, launch: str = "en
                                                   "hidden_size": model_info.hidden_size},
         "schema": schema_note, "batch": result.batch, "provenance": result.provenance,
         "communication_buffers_bytes": result.buffers or None,
-        "effective": result.effective, "changes": [c.to_dict() for c in result.changes]})
+        "effective": result.effective, "changes": [c.to_dict() for c in result.changes],
+        "filled": result.filled if launch == "trainer" else None})
     for finding in result.findings:
         report.add(finding)
     if result.unfixed:

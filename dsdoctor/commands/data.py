@@ -9,11 +9,13 @@ from pathlib import Path
 import click
 
 from dsdoctor.cli import report_command
+from dsdoctor.files import shown
 from dsdoctor.report import DsdoctorError, Report
 
 
 def run_data(file: str, model: str | None, seq_len: int, template: str, micro_batch: int, world_size: int,
-             dataset: str | None, full: bool, timeout: float | None, workers: int) -> Report:
+             dataset: str | None, full: bool, timeout: float | None, workers: int,
+             truncation: str = "reference") -> Report:
     """The body of ``dsdoctor data``. Raises DsdoctorError for a file that cannot be read, or a dataset_info.json
     entry that does not exist or is not local."""
     from dsdoctor import data_audit
@@ -21,6 +23,8 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
 
     path = Path(file).expanduser()
     info = None
+    if dataset and path.name != "dataset_info.json":
+        raise DsdoctorError(f"--dataset {dataset}: goes with a LLaMA-Factory dataset_info.json FILE, not {shown(file)}")
     if path.name == "dataset_info.json":
         entries = json.loads(read_input(file, "FILE", 64 << 20, what="dataset_info.json").decode("utf-8", "replace"))
         if not isinstance(entries, dict):
@@ -35,7 +39,8 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
         path = path.parent / info["file_name"]
         if path.is_dir():
             raise DsdoctorError(f"--dataset {dataset}: {shown(str(path))} is a directory; give one of its files")
-    result = data_audit.audit(path, model, seq_len, template, micro_batch, info=info, full=full)
+    result = data_audit.audit(path, model, seq_len, template, micro_batch, info=info, full=full,
+                              truncation=truncation)
     report = Report("data")
     for finding in data_audit.findings(result, path.name, seq_len, world_size, micro_batch, timeout, workers):
         report.add(finding)
@@ -43,7 +48,8 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
                      "tokenizer": result.tokenizer, "template": result.template, "seq_len": seq_len,
                      "token_percentiles": result.percentiles, "truncated_share": round(result.truncated_share, 4),
                      "cut_away": result.cut_away, "empty": result.empty, "duplicates": result.duplicates,
-                     "malformed": result.malformed, "padding": result.padding,
+                     "malformed": result.malformed, "padding": result.padding, "truncation": result.truncation,
+                     "dropped": result.dropped,
                      "tokenize_s_per_sample": result.tokenize_s_per_sample, "notes": result.notes}
     return report
 
@@ -64,7 +70,15 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
               help="The collective timeout in effect (ddp_timeout); default torch's 1800 s.")
 @click.option("--workers", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Tokenizing processes (preprocessing_num_workers).")
+@click.option("--truncation", type=click.Choice(["reference", "llamafactory", "axolotl"]), default=None,
+              help="How the run shortens a long sample: the answer is cut (reference trainer, the tutorials), the "
+                   "length is shared (LLaMA-Factory), the sample is dropped (axolotl). Default: llamafactory for a "
+                   "dataset_info.json FILE, else reference.")
 @report_command(inputs=("file", "model"))
-def data(file, model, seq_len, template, micro_batch, world_size, dataset, full, timeout, workers) -> Report:
+def data(file, model, seq_len, template, micro_batch, world_size, dataset, full, timeout, workers,
+         truncation) -> Report:
     """Audit a dataset: token lengths, truncation, answers cut away, duplicates, padding, tokenizing time."""
-    return run_data(file, model, seq_len, template, micro_batch, world_size, dataset, full, timeout, workers)
+    if truncation is None:
+        truncation = "llamafactory" if Path(file).name == "dataset_info.json" else "reference"
+    return run_data(file, model, seq_len, template, micro_batch, world_size, dataset, full, timeout, workers,
+                    truncation)

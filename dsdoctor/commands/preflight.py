@@ -28,21 +28,31 @@ def _rank(finding: Finding) -> tuple[int, int]:
     return -SEVERITY_RANK[finding.severity], family
 
 
+#: dsdoctor's settings that must be positive counts (their names are in dsdoctor/preflight/settings.py ALIASES)
+_COUNTS = ("micro_batch", "grad_accum", "seq_len", "lora_rank", "max_steps", "max_samples", "epochs")
+
+
 def _parse_sets(sets: tuple[str, ...]) -> list[tuple[str, object]]:
-    from dsdoctor.preflight.settings import coerce
+    """``--set KEY=VALUE`` pairs, values read as the line's are (:func:`coerce`). Raises DsdoctorError for a pair
+    without ``=`` and for a count (a batch, a length, steps) that is not positive."""
+    from dsdoctor.preflight.settings import ALIASES, coerce
 
     out = []
     for item in sets:
         if "=" not in item or not item.split("=", 1)[0].strip():
             raise DsdoctorError(f"--set {item!r}: give KEY=VALUE (e.g. --set per_device_train_batch_size=2)")
         key, value = item.split("=", 1)
-        out.append((key.strip(), coerce(value)))
+        key, value = key.strip().lstrip("-").replace("-", "_"), coerce(value)
+        count = next((k for k in _COUNTS if key in ALIASES[k]), None)
+        if count and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise DsdoctorError(f"--set {item}: {key} must be a positive number")
+        out.append((key, value))
     return out
 
 
 def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: str, gpus: int | None,
                   gpu: str | None, samples: int | None, audit_data: bool = True, probe_steps: int = 0,
-                  out: str = "dsdoctor-preflight") -> Report:
+                  out: str = "dsdoctor-preflight", gpu_cc: str | None = None, gpu_mem: str | None = None) -> Report:
     """The body of ``dsdoctor preflight``. Raises DsdoctorError for a line that cannot be read (no script, not a
     launcher, a config that is not the tool's)."""
     from dsdoctor.checks import preflight as rules
@@ -67,10 +77,11 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     if plan.settings.unknown:
         line_findings.append(rules.PRE015.finding(", ".join(plan.settings.unknown[:40])
                                                   + (" ..." if len(plan.settings.unknown) > 40 else "")))
-    check_findings, check_result = sections.check_section(plan, gpu, model_name, rules)
-    estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules)
+    check_findings, check_result = sections.check_section(plan, gpu, model_name, rules, gpu_cc)
+    estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules, gpu_cc, gpu_mem)
     env_findings, env_result = sections.env_section(plan, model_name, method, rules)
-    files, data_notes = dataset_files(plan)
+    files, data_notes, missing = dataset_files(plan)
+    line_findings += [rules.PRE014.finding(m, title="A dataset the run names is not there") for m in missing]
     data_findings, data_result = sections.data_section(plan, files, rules) if audit_data else ([], {})
     counted = [count_samples(f) for f in files]
     if samples is None and files and all(c is not None for c in counted):
@@ -78,12 +89,14 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         max_samples = plan.settings.value("max_samples")
         if isinstance(max_samples, int) and max_samples > 0:  # LLaMA-Factory: at most this many per dataset
             samples = sum(min(c, max_samples) for c in counted)
-    probe_findings, probe = [], {}
+    probe_findings, probe = [], None
     if probe_steps:
         target = Path(out).expanduser()
         target.mkdir(parents=True, exist_ok=True)
-        probe_findings, probe = sections.probe_section(plan, files, probe_steps, target / "smoke", rules)
+        probe_findings, probe = sections.probe_section(plan, files, probe_steps, target / "smoke", rules,
+                                                       check_result)
     eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections, probe)
+    probe = probe or {}
 
     setup = (estimate_result or {}).get("setup") or {}
     summary = rules.PRE010.finding(
@@ -161,8 +174,11 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
             {"steps": steps, "steps_from": how, "step_time_s": step_s, "step_time_from": basis,
              "total_s": round(total, 1), "total": sections.human_seconds(total)}
     if not estimate_result or "step_time_s" not in estimate_result:
-        return rules.PRE020.finding("inconclusive: no step time (the estimate did not run)",
-                                    title="Time to train: inconclusive"), {}
+        return rules.PRE020.finding("inconclusive: no step time (the estimate did not run" +
+                                    (", and --probe measured none" if probe is not None else "") + ")",
+                                    title="Time to train: inconclusive",
+                                    fix="See the [estimate] and [probe] findings for what is missing."
+                                    if probe is not None else rules.PRE020.fix), {}
     setup = estimate_result.get("setup") or {}
     world, micro = setup.get("world_size") or 1, setup.get("micro_batch") or 1
     accum = setup.get("gradient_accumulation_steps") or 1
@@ -196,6 +212,8 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
 @click.option("--gpus", type=click.IntRange(1, 1024), default=None,
               help="GPUs per node, where the line says 'all of them' and none is visible here.")
 @click.option("--gpu", default=None, metavar="NAME", help="The GPU model (A100-80GB, RTX 4090), where none is visible here.")
+@click.option("--gpu-cc", default=None, metavar="X.Y", help="Compute capability, for a --gpu the table lacks (8.6).")
+@click.option("--gpu-mem", default=None, metavar="GiB", help="Memory per GPU, for a --gpu the table lacks.")
 @click.option("--samples", type=click.IntRange(1), default=None,
               help="Training samples, for the ETA, when the data file is not readable here.")
 @click.option("--probe", is_flag=True, help="Also run a short smoke on this machine (local GPUs, else 2 CPU ranks) "
@@ -206,11 +224,15 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
 @click.option("--no-data", is_flag=True, help="Skip the data audit (it loads the tokenizer: a few seconds).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- CMD...")
 @report_command
-def preflight(command, sets, workdir, gpus, gpu, samples, probe, probe_steps, out, no_data) -> Report:
+def preflight(command, sets, workdir, gpus, gpu, gpu_cc, gpu_mem, samples, probe, probe_steps, out,
+              no_data) -> Report:
     """One verdict for the run your launch line starts: will it start, fit, train, and how long it will take.
     Nothing is executed."""
     if not command:
         raise DsdoctorError("no launch line: give it after `--`, e.g. "
                             "`dsdoctor preflight -- deepspeed --num_gpus 4 train.py --deepspeed ds.json`")
+    if command[0].startswith("-") and len(command[0]) > 1:
+        raise DsdoctorError(f"no such option: {command[0][:40]} (preflight's options go before `--`; "
+                            "see `dsdoctor preflight --help`)")
     return run_preflight(list(command), _parse_sets(sets), workdir, gpus, gpu, samples, audit_data=not no_data,
-                         probe_steps=probe_steps if probe else 0, out=out)
+                         probe_steps=probe_steps if probe else 0, out=out, gpu_cc=gpu_cc, gpu_mem=gpu_mem)

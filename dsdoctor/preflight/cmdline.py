@@ -34,6 +34,26 @@ def launcher_specs() -> dict:
     return json.loads(Path(__file__).with_name("launchers.json").read_text())
 
 
+def _typed(name: str | None):
+    """A converter that checks the text as the launcher's own ``type=int|float`` does and keeps the text (a
+    ``$VAR`` or ``${VAR}`` passes: its value is not known here)."""
+    if name not in ("int", "float"):
+        return None
+    convert = int if name == "int" else float
+
+    def check(text: str) -> str:
+        if _VAR.search(text):
+            return text
+        try:
+            convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {name} value: {text!r}") from None
+        return text
+
+    check.__name__ = name
+    return check
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse prints usage and exits; here it is one line for the caller
         raise ValueError(message)
@@ -49,7 +69,8 @@ def _parser(launcher: str) -> argparse.ArgumentParser:
         if nargs == 0:
             parser.add_argument(*option["strings"], dest=option["dest"], action="store_true", default=None)
         elif nargs == 1:
-            parser.add_argument(*option["strings"], dest=option["dest"], default=None)
+            parser.add_argument(*option["strings"], dest=option["dest"], default=None,
+                                type=_typed(option.get("type")))
         else:
             parser.add_argument(*option["strings"], dest=option["dest"], nargs=nargs, default=None)
     if launcher == "torchrun":  # torch.distributed.launch (the legacy module) is run.py's parser plus --use-env

@@ -12,17 +12,21 @@ from dsdoctor.preflight.plan import Plan, _resolve
 MAX_COUNT_BYTES = 2 << 30
 
 
-def dataset_files(plan: Plan) -> tuple[list[Path], list[str]]:
-    """(the local data files the run reads, notes on the names that are not local files: hub datasets, missing
-    files). LLaMA-Factory names (``dataset: alpaca_en_demo,identity``) go through ``dataset_info.json``."""
+def dataset_files(plan: Plan) -> tuple[list[Path], list[str], list[str]]:
+    """(the local data files the run reads, notes on the names that are not local files here (hub datasets),
+    the names that are missing: a LLaMA-Factory name its dataset_info.json does not define ("Undefined dataset ... in
+    dataset_info.json", LLaMA-Factory's data/parser.py), a file it names that is not there, a path with a data
+    file's extension that does not exist). LLaMA-Factory names (``dataset: alpaca_en_demo,identity``) go through
+    ``dataset_info.json``."""
     found = plan.settings.get("data")
+    missing: list[str] = []
     if found is None:
-        return [], ["no dataset named on the line, in its config file or in the script's literals"]
+        return [], ["no dataset named on the line, in its config file or in the script's literals"], missing
     value = found.value
     names = value if isinstance(value, list) else str(value).split(",") if plan.launch.tool == "llamafactory" \
         else [value]
     files, notes = [], []
-    info = None
+    info, info_path = None, None
     if plan.launch.tool == "llamafactory":
         base = Path(str(plan.settings.value("dataset_dir", "data")))
         info_path, _ = _resolve(str(base / "dataset_info.json"), plan.workdir,
@@ -44,21 +48,27 @@ def dataset_files(plan: Plan) -> tuple[list[Path], list[str]]:
             if entry.get("file_name"):
                 path, _ = _resolve(str(entry["file_name"]), base)
                 if path is None:
-                    notes.append(f"dataset {name}: {entry['file_name']} not found under {base}")
+                    missing.append(f"dataset {name}: {entry['file_name']} not found under {base}")
                 else:
                     files.append(path)
             else:
                 notes.append(f"dataset {name}: from the hub ({entry.get('hf_hub_url') or entry.get('ms_hub_url')}),"
                              " not read here")
             continue
+        if isinstance(info, dict) and "/" not in name and not name.endswith((".json", ".jsonl")):
+            missing.append(f"dataset {name} ({found.source}): not defined in {info_path} (LLaMA-Factory stops: "
+                           f"\"Undefined dataset {name} in dataset_info.json\")")
+            continue
         path, _ = _resolve(name, plan.workdir, plan.script_path.parent if plan.script_path else None)
-        if path is None:
+        if path is None and name.endswith((".json", ".jsonl", ".parquet", ".csv")):
+            missing.append(f"dataset {name} ({found.source}): no such file in {plan.workdir}")
+        elif path is None:
             notes.append(f"dataset {name} ({found.source}): not a local file here (a hub dataset, or missing)")
         elif path.is_file():
             files.append(path)
         else:
             notes.append(f"dataset {name}: a directory; not counted")
-    return files, notes
+    return files, notes, missing
 
 
 def count_samples(path: Path) -> int | None:

@@ -7,7 +7,8 @@ reads DeepSpeed's config models. ``tests/test_preflight.py`` regenerates it from
 - ``torchrun``: ``torch/distributed/run.py`` ``get_args_parser``;
 - ``accelerate launch``: ``accelerate/commands/launch.py`` ``launch_command_parser``.
 
-For each option: its strings, ``dest``, and how many values it takes (0 for a flag: ``store_true``,
+For each option: its strings, ``dest``, its ``type`` when argparse converts it (int, float), and how many values it
+takes (0 for a flag: ``store_true``,
 ``store_const``, torchrun's ``check_env``), ``"?"``, ``"*"``, ``"+"`` or 1; for each positional, its ``dest`` and
 ``nargs`` (the script, then ``argparse.REMAINDER`` for the script's own arguments)."""
 
@@ -31,7 +32,10 @@ def _describe(parser: argparse.ArgumentParser) -> dict:
         if not action.option_strings:
             positionals.append({"dest": action.dest, "nargs": nargs})
             continue
-        options.append({"strings": list(action.option_strings), "dest": action.dest, "nargs": nargs})
+        entry = {"strings": list(action.option_strings), "dest": action.dest, "nargs": nargs}
+        if action.type in (int, float):  # the launcher refuses "--num_gpus abc" before any rank starts
+            entry["type"] = action.type.__name__
+        options.append(entry)
     return {"options": options, "positionals": positionals, "allow_abbrev": parser.allow_abbrev}
 
 

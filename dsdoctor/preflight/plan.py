@@ -135,6 +135,7 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
     launch, opts = plan.launch, plan.launch.options
     here = gpus if gpus is not None else _gpus_here()
     here_note = "" if gpus is not None or here is not None else "no GPU visible here: give --gpus N"
+    every = f"every GPU of a node: --gpus {gpus}" if gpus is not None else "every GPU visible here"
     visible = launch.env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     if launch.launcher == "deepspeed":
         num_gpus, num_nodes = _int(opts.get("num_gpus", -1)), _int(opts.get("num_nodes", -1))
@@ -152,8 +153,12 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
             plan.problems.append(rules.PRE011.finding(
                 f"--num_nodes {num_nodes} and no hostfile ({hostfile} does not exist here)"))
         if visible is not None and not pool and (include or exclude or (num_gpus or -1) > 0 or (num_nodes or -1) > 1):
+            given = " ".join(f"--{k} {v}" for k, v in opts.items() if k in ("num_gpus", "num_nodes", "include",
+                                                                              "exclude"))
             plan.problems.append(rules.PRE013.finding(
-                f"CUDA_VISIBLE_DEVICES={visible} with {' '.join(w for w in launch.line if w.startswith('--'))[:80]}"))
+                f"CUDA_VISIBLE_DEVICES={visible} with {given}: the launcher takes GPUs 0..N-1 instead",
+                fix=f"Select those GPUs with --include localhost:{visible.replace(' ', '')} instead of "
+                    "CUDA_VISIBLE_DEVICES and --num_gpus/--num_nodes."))
         if pool:
             per_node = list(pool.values())
             if num_nodes and num_nodes > 0:
@@ -171,7 +176,7 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         elif visible is not None and not include and not exclude:
             count, source = len([d for d in visible.split(",") if d.strip()]), f"CUDA_VISIBLE_DEVICES={visible}"
         else:
-            count, source = here, "every GPU visible here (deepspeed's default)" if here else here_note
+            count, source = here, f"{every} (deepspeed's default)" if here else here_note
         if opts.get("hostfile") and not pool:  # the nodes are in a hostfile this machine does not have
             count, source = None, f"--hostfile {hostfile}: not readable here, so the nodes are not known"
         plan.nodes, plan.gpus_per_node = 1, count
@@ -185,6 +190,9 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         nnodes = str(opts.get("nnodes", "1"))
         nodes = _int(nnodes.split(":")[-1])
         per = _int(nproc) if nproc not in ("gpu", "auto", "cuda") else here
+        if per is not None and per < 1:
+            raise DsdoctorError(f"torchrun --nproc_per_node {nproc}: torchrun starts no process with it "
+                                "(give a count, or gpu)")
         plan.nodes, plan.gpus_per_node = nodes or 1, per
         plan.world_size = None if per is None or nodes is None or opts.get("unexpanded") else per * nodes
         plan.world_source = (f"--nproc_per_node {nproc} x --nnodes {nnodes}" + (f" ({here_note})" if per is None else "")
@@ -206,6 +214,14 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
                     plan.settings.put("deepspeed_config_file", ds["deepspeed_config_file"], f"{found} deepspeed_config")
                 if config.get("mixed_precision") in ("bf16", "fp16"):
                     plan.settings.put(config["mixed_precision"], True, f"{found} mixed_precision")
+        for option, name in (("deepspeed_config_file", "deepspeed_config_file"), ("zero_stage", "zero_stage"),
+                             ("gradient_accumulation_steps", "gradient_accumulation_steps")):
+            if opts.get(option) is not None:  # accelerate's own DeepSpeed options on the line
+                from dsdoctor.preflight.settings import coerce
+
+                plan.settings.put(name, coerce(opts[option]), f"line --{option}")
+        if opts.get("mixed_precision") in ("bf16", "fp16"):
+            plan.settings.put(opts["mixed_precision"], True, "line --mixed_precision")
         processes = _int(opts.get("num_processes", config.get("num_processes", 0))) or None
         machines = _int(opts.get("num_machines", config.get("num_machines", 1))) or 1
         if processes is None and not opts.get("config_file"):  # no config: every visible GPU (launch.py
@@ -213,7 +229,8 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         plan.nodes = machines
         plan.world_size, plan.world_source = processes, (
             "--num_processes" if opts.get("num_processes") else "the accelerate config's num_processes"
-            if config.get("num_processes") else "every GPU visible here" if here else here_note)
+            if config.get("num_processes") else f"CUDA_VISIBLE_DEVICES={visible}" if _visible_count(visible)
+            else every if here else here_note)
         plan.gpus_per_node = None if processes is None else max(1, processes // machines)
         return
     if launch.launcher in ("llamafactory", "axolotl"):
@@ -223,7 +240,7 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         plan.nodes, plan.gpus_per_node = nodes, per
         plan.world_size = None if per is None else per * nodes
         plan.world_source = ("NPROC_PER_NODE" if env.get("NPROC_PER_NODE") else f"CUDA_VISIBLE_DEVICES={visible}"
-                             if _visible_count(visible) else "every GPU visible here" if here else here_note)
+                             if _visible_count(visible) else every if here else here_note)
         return
     plan.nodes, plan.gpus_per_node, plan.world_size = 1, 1, 1
     plan.world_source = "python starts one process"
@@ -250,6 +267,9 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
             plan.script_path, script_dir = found, found.parent
             plan.script = read_script(found, label=launch.script)
             plan.notes.extend(plan.script.notes)
+            if plan.script.syntax_error:
+                plan.problems.append(rules.PRE019.finding(f"{launch.script}: {plan.script.syntax_error}",
+                                                          title="The training script does not parse"))
             for name, (value, where) in plan.script.defaults.items():
                 settings.put(name, value, f"default {where}")
             for name, (value, where) in plan.script.values.items():
@@ -308,13 +328,21 @@ def _check_tool_yaml(launch: Launch, values: dict, path: Path) -> None:
     """Refuse a config file that is not the tool's: an axolotl YAML has ``base_model`` (and ``datasets``), a
     LLaMA-Factory YAML ``model_name_or_path`` (``stage``, ``finetuning_type``); a DeepSpeed JSON given in its
     place has ``zero_optimization`` or ``train_batch_size``. Raises DsdoctorError."""
-    ds_keys = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu", "optimizer", "fp16"}
+    ds_keys = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu"}
+
+    def what(other: str) -> str:
+        if "base_model" in values:
+            return "an axolotl config"
+        if "model_name_or_path" in values and ("finetuning_type" in values or "stage" in values):
+            return "a LLaMA-Factory config"
+        if ds_keys & set(values):
+            return "a DeepSpeed config"
+        return f"not {other} config"
+
     if launch.tool == "axolotl" and "base_model" not in values:
-        what = "a DeepSpeed config" if ds_keys & set(values) else "not an axolotl config"
-        raise DsdoctorError(f"{path}: {what} (an axolotl YAML names base_model)")
+        raise DsdoctorError(f"{path}: {what('an axolotl')} (an axolotl YAML names base_model)")
     if launch.tool == "llamafactory" and "model_name_or_path" not in values:
-        what = "a DeepSpeed config" if ds_keys & set(values) else "not a LLaMA-Factory config"
-        raise DsdoctorError(f"{path}: {what} (a LLaMA-Factory YAML names model_name_or_path)")
+        raise DsdoctorError(f"{path}: {what('a LLaMA-Factory')} (a LLaMA-Factory YAML names model_name_or_path)")
 
 
 def loaded_json(path: str) -> dict | None:

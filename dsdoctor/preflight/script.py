@@ -51,6 +51,8 @@ class ScriptFacts:
     conditional: dict[str, tuple[object, str]] = field(default_factory=dict)
     launch: str | None = None
     trust_remote_code: str = ""
+    client_optimizer: str = ""  # where deepspeed.initialize(optimizer=...) is given one
+    syntax_error: str = ""  # why the script does not parse (the run would stop at once)
     notes: list[str] = field(default_factory=list)
 
 
@@ -154,6 +156,9 @@ class _Reader(ast.NodeVisitor):
                 self.facts.trust_remote_code = self.where(node, "from_pretrained(trust_remote_code=True)")
         elif dotted in ("deepspeed.initialize",) or (name == "initialize" and dotted.endswith("deepspeed.initialize")):
             self.facts.launch = self.facts.launch or "engine"
+            if "optimizer" in keywords and not (isinstance(keywords["optimizer"], ast.Constant)
+                                                and keywords["optimizer"].value is None):
+                self.facts.client_optimizer = self.where(node, "deepspeed.initialize(optimizer=...)")
             for key in ("config", "config_params"):
                 if key in keywords:
                     value = self.literal(keywords[key])
@@ -216,8 +221,9 @@ def read_script(path: Path, label: str | None = None) -> ScriptFacts:
     try:
         tree = ast.parse(raw.decode("utf-8", errors="replace"), filename=str(path))
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        reader.facts.notes.append(f"{label or path}: not read (does not parse as Python here: "
-                                  f"{type(exc).__name__} {getattr(exc, 'lineno', '')})")
+        where = f" line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+        reader.facts.syntax_error = f"{type(exc).__name__}{where}: {getattr(exc, 'msg', None) or exc}"[:200]
+        reader.facts.notes.append(f"{label or path}: not read ({reader.facts.syntax_error})")
         return reader.facts
     try:
         reader.visit(tree)

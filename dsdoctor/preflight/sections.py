@@ -22,14 +22,13 @@ TRAINING_FIELD = {"micro_batch": "per_device_train_batch_size", "grad_accum": "g
 
 
 def training_arguments(plan: Plan, fields: set[str]) -> dict:
-    """The TrainingArguments the run builds, as far as the plan knows them: every given name that is a field, and
-    the tools' other names for them (:data:`TRAINING_FIELD`). Values that are not the field's type (axolotl's
-    ``bf16: auto``) are left out."""
-    values = {name: s.value for name, s in plan.settings.given.items()
-              if name in fields and not s.source.startswith("default ")}
+    """The TrainingArguments the run builds, as far as the plan knows them: every name given that is a field
+    (the script's declared defaults included, as estimate takes them), and the tools' other names for them
+    (:data:`TRAINING_FIELD`). Values that are not the field's type (axolotl's ``bf16: auto``) are left out."""
+    values = {name: s.value for name, s in plan.settings.given.items() if name in fields}
     for key, field_name in TRAINING_FIELD.items():
         found = plan.settings.get(key)
-        if found is None or found.source.startswith("default "):
+        if found is None:
             continue
         value = found.value
         if field_name in ("bf16", "fp16", "gradient_checkpointing"):
@@ -83,12 +82,23 @@ def _int_setting(plan: Plan, key: str) -> tuple[int | None, str]:
     return None, ""
 
 
+#: another command's flags that a section's fix may name, as preflight says them
+_FLAGS = {"(then say --client-optimizer)": "(preflight sees it in the script's deepspeed.initialize(optimizer=...))",
+          "--world-size": "the launcher's process count", "--micro-batch": "the micro batch (--set "
+          "per_device_train_batch_size=N)", "--seq-len": "the sequence length (--set cutoff_len=N)"}
+
+
 def _titled(finding: Finding, section: str) -> Finding:
-    return Finding(finding.id, finding.severity, f"[{section}] {finding.title}", finding.evidence, finding.fix,
-                   finding.source)
+    """``finding`` under its section's name, with the fixes and evidence that name the section command's own flags
+    said for preflight (:data:`_FLAGS`)."""
+    fix, evidence = finding.fix, finding.evidence
+    for flag, said in _FLAGS.items():
+        fix, evidence = fix.replace(flag, said), evidence.replace(f"({flag})", f"({said})")
+    return Finding(finding.id, finding.severity, f"[{section}] {finding.title}", evidence, fix, finding.source)
 
 
-def check_section(plan: Plan, gpu: str | None, model: str | None, rules) -> tuple[list[Finding], dict | None]:
+def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
+                  gpu_cc: str | None = None) -> tuple[list[Finding], dict | None]:
     """``dsdoctor check`` on the run's DeepSpeed config, for its loop and world size."""
     from dsdoctor.checks.deepspeed_config import load_schema
     from dsdoctor.commands.check import run_check
@@ -109,18 +119,21 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules) -> tupl
     hf = None
     if plan.kind == "trainer":
         hf = training_arguments(plan, set((load_schema()[0].get("training_arguments") or {}).get("fields", [])))
+    client = bool(plan.script and plan.script.client_optimizer) and plan.kind == "engine"
     try:
         report = run_check(config_path, world_size=plan.world_size, launch=plan.kind, gpu=gpu, model=model,
-                           hf_values=hf, hf_label="the launch line's TrainingArguments")
+                           hf_values=hf, hf_label="the launch line's TrainingArguments", client_optimizer=client,
+                           gpu_cc=gpu_cc)
     except DsdoctorError as exc:
-        return [rules.PRE002.finding(f"check: {exc}", title="[check] not run")], None
+        return [rules.PRE019.finding(f"check: {exc}", title="[check] the DeepSpeed config cannot be read")], None
     finally:
         if temporary is not None:
             Path(temporary.name).unlink(missing_ok=True)
     return [_titled(f, "check") for f in report.findings], report.result
 
 
-def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding], dict | None, dict]:
+def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = None,
+                     gpu_mem: str | None = None) -> tuple[list[Finding], dict | None, dict]:
     """``dsdoctor estimate`` for the run's model, method, batch, sequence, checkpointing, world size and config.
     Returns (findings, the estimate's result, the inputs it was given with their sources)."""
     from dsdoctor.commands.estimate.report import run_estimate
@@ -144,6 +157,10 @@ def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding],
             ckpt, ckpt_source = method != "ptuning", ("set in a branch of the script "
                                                       f"({plan.script.conditional['gradient_checkpointing'][1]}): "
                                                       "assumed on unless P-Tuning")
+        elif plan.launch.tool == "llamafactory":
+            ckpt = not as_bool(s.value("disable_gradient_checkpointing", False))
+            ckpt_source = ("LLaMA-Factory's default: on unless disable_gradient_checkpointing (its "
+                           "ModelArguments; model_utils/checkpointing.py)")
         else:
             ckpt, ckpt_source = False, "not given: off (TrainingArguments' default; no gradient_checkpointing_enable())"
     targets = s.value("lora_target")
@@ -154,6 +171,8 @@ def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding],
     if isinstance(targets, str) and targets.strip().lower() == "all":
         targets = "all-linear"
     precision = "bf16" if as_bool(s.value("bf16")) else "fp16" if as_bool(s.value("fp16")) else None
+    if precision is None and str(s.value("bf16", "")).lower() == "auto":  # axolotl: bf16 where the GPU has it
+        precision = "bf16"
     dtype = s.value("torch_dtype")
     if precision is None and isinstance(dtype, str):
         precision = "bf16" if "bfloat16" in dtype or dtype == "bf16" else "fp16" if "float16" in dtype else None
@@ -182,7 +201,7 @@ def estimate_section(plan: Plan, gpu: str | None, rules) -> tuple[list[Finding],
             model.value, 2, "none", "none", method, rank or 8, targets if isinstance(targets, str) else None, 0.05,
             _int_setting(plan, "freeze_trainable_layers")[0] or 2, _int_setting(plan, "pre_seq_len")[0] or 16,
             plan.gpus_per_node, plan.nodes, micro or 1, seq_len or 1024, bool(ckpt), precision or "bf16",
-            plan.deepspeed, None, None, False, explicit, grad_accum=accum or 1, gpu=gpu,
+            plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
             launch="trainer" if plan.kind == "trainer" else "engine")
     except DsdoctorError as exc:
         return [rules.PRE002.finding(f"estimate: {exc}", title="[estimate] not run")], None, inputs
@@ -197,8 +216,8 @@ def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list
 
     findings: list[Finding] = []
     try:
-        report = run_env(None, None, ".", deepspeed=plan.deepspeed, model=model if plan.deepspeed else None,
-                         method=method)
+        report = run_env(None, None, ".", deepspeed=plan.deepspeed if model else None,
+                         model=model if plan.deepspeed else None, method=method)
     except DsdoctorError as exc:
         return [rules.PRE002.finding(f"env: {exc}", title="[env] not run")], {}
     findings += [_titled(f, "env") for f in report.findings if f.id != "ENV300"]
@@ -261,6 +280,9 @@ def steps_of(plan: Plan, samples: int | None, world_size: int, micro: int, accum
 
 
 def human_seconds(seconds: float) -> str:
+    if seconds > 365 * 86400:
+        return f"more than a year ({seconds / 86400 / 365:,.0f} years)" if seconds < 1e6 * 365 * 86400 \
+            else "more than a million years"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:
@@ -290,25 +312,66 @@ def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], d
     template = plan.settings.value("template")
     template = template if template in ("chat", "chatglm", "alpaca") else "auto"
     findings, results, tokenizer = [], {}, None
+    # how the run truncates: LLaMA-Factory shares the length between prompt and answer (data/processor/
+    # processor_utils.py infer_seqlen), axolotl drops the samples that are too long; else the reference trainer's way
+    truncation = {"llamafactory": "llamafactory", "axolotl": "axolotl"}.get(plan.launch.tool or "", "reference")
+    packed = any(as_bool(plan.settings.value(k)) for k in ("packing", "sample_packing", "neat_packing"))
+    if isinstance(plan.settings.value("template"), str) and template == "auto" and plan.launch.tool:
+        findings.append(rules.PRE002.finding(
+            f"data: {plan.launch.tool}'s template {plan.settings.value('template')!r} is not modelled: tokens counted "
+            "with the tokenizer's chat template (or ChatGLM's)", severity="info", title="[data] template approximated"))
     for path in files:
         try:
             if tokenizer is None:
                 tokenizer, what = data_audit.load_tokenizer(model if isinstance(model, str) else None)
-            result = data_audit.audit(path, None, seq_len, template, micro or 1, tokenizer=tokenizer)
+            result = data_audit.audit(path, None, seq_len, template, micro or 1, tokenizer=tokenizer,
+                                      truncation=truncation)
             result.tokenizer = what
         except DsdoctorError as exc:
             findings.append(rules.PRE002.finding(f"data: {exc}", title="[data] not run"))
             continue
         findings += [_titled(f, "data") for f in data_audit.findings(
             result, path.name, seq_len, plan.world_size or 1, micro or 1, timeout, workers or 1)
-            if f.severity != "ok"]
+            if f.severity != "ok" and not (packed and f.id == "DATA706")]  # packed: no padding to waste
         results[str(path)] = {"records": result.records, "token_percentiles": result.percentiles,
                               "truncated_share": round(result.truncated_share, 4), "cut_away": result.cut_away[:200],
                               "tokenizer": result.tokenizer, "template": result.template, "padding": result.padding}
     return findings, results
 
 
-def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules) -> tuple[list[Finding], dict]:
+def _probe_config(plan: Plan, check_result: dict | None, out: Path) -> tuple[str | None, str]:
+    """The DeepSpeed config the probe's engine loop runs, written beside its output: the user's for an engine loop;
+    for a Trainer run, the config as the Trainer fills its "auto" values (check's ``filled``), with the optimizer the
+    Trainer would create stood in by DeepSpeed's AdamW with ``torch_adam`` (the same ``torch.optim.AdamW``;
+    transformers/integrations/deepspeed.py deepspeed_optim_sched) when the config has none. ``train_batch_size`` is
+    left out where the micro batch is given: the probe runs this machine's ranks. (path, note)."""
+    from dsdoctor.preflight.plan import loaded_json
+
+    if not plan.deepspeed:
+        return None, ""
+    filled = (check_result or {}).get("filled") if plan.kind == "trainer" else loaded_json(plan.deepspeed)
+    if not isinstance(filled, dict):
+        return plan.deepspeed, ""
+    config = json.loads(json.dumps(filled))
+    note = "the config as the Trainer fills its \"auto\" values" if plan.kind == "trainer" else "the run's config"
+    if isinstance(config.get("train_micro_batch_size_per_gpu"), int) and "train_batch_size" in config:
+        # the probe runs on this machine's ranks, not the run's world size: DeepSpeed derives the global batch
+        del config["train_batch_size"]
+        note += ", without train_batch_size (the probe's world size is this machine's)"
+    if plan.kind == "trainer" and not isinstance(config.get("optimizer"), dict):
+        try:
+            lr = float(plan.settings.value("learning_rate", 1e-4))
+        except (TypeError, ValueError):
+            lr = 1e-4
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "torch_adam": True}}
+        note += "; the Trainer's torch AdamW as DeepSpeed's AdamW with torch_adam"
+    path = out.parent / f"{out.name}_ds_config.json"
+    path.write_text(json.dumps(config, indent=2))
+    return str(path), note
+
+
+def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
+                  check_result: dict | None = None) -> tuple[list[Finding], dict]:
     """``--probe``: ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method,
     DeepSpeed config, data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), as a
     subprocess; its findings, and the median step time after two warm-up steps (rank 0's
@@ -331,13 +394,14 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules) -
     nproc = min(plan.gpus_per_node or 1, here) if here else 2
     command = [sys.executable, "-m", "dsdoctor", "smoke", "--steps", str(steps), "--model", str(model), "--method", method,
          "--nproc", str(nproc), "--out", str(out), "--json", str(out.parent / f"{out.name}.json"), "--no-verify"]
-    if plan.deepspeed:
-        command += ["--deepspeed", plan.deepspeed]
+    config, config_note = _probe_config(plan, check_result, out)
+    if config:
+        command += ["--deepspeed", config]
     if files:
         command += ["--data", str(files[0])]
     if seq_len:
         command += ["--seq-len", str(max(seq_len, 8))]
-    if micro and not plan.deepspeed:
+    if micro and not config:
         command += ["--micro-batch", str(micro)]
     if plan.launch.launcher == "deepspeed":
         command += ["--launcher", "deepspeed"]
@@ -357,7 +421,7 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules) -
     except (OSError, ValueError):
         pass
     measured = rows[2:] or rows
-    result = {"command": command, "nproc": nproc, "steps": len(rows),
+    result = {"command": command, "nproc": nproc, "steps": len(rows), "config": config_note or None,
               "step_time_s": round(statistics.median(measured), 4) if measured else None,
               "tokens_per_s": report.get("result", {}).get("tokens_per_s"),
               "peak_allocated_bytes": report.get("result", {}).get("peak_allocated_bytes"),
