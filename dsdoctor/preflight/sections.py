@@ -372,10 +372,11 @@ def _probe_config(plan: Plan, check_result: dict | None, out: Path) -> tuple[str
 
 def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
                   check_result: dict | None = None) -> tuple[list[Finding], dict]:
-    """``--probe``: ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method,
-    DeepSpeed config, data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), as a
-    subprocess; its findings, and the median step time after two warm-up steps (rank 0's
-    ``metrics/rank0.jsonl``), which the ETA then uses."""
+    """``--probe``: a short ``dsdoctor nccl`` (all-reduce of 1 and 16 MiB, 3 iterations) on the same ranks, then
+    ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method, DeepSpeed config,
+    data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), each as a subprocess;
+    their findings, and the median step time after two warm-up steps (rank 0's ``metrics/rank0.jsonl``), which the
+    ETA then uses. A collective that fails stops the probe before the smoke."""
     import statistics
     import subprocess
     import sys
@@ -405,13 +406,31 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
         command += ["--micro-batch", str(micro)]
     if plan.launch.launcher == "deepspeed":
         command += ["--launcher", "deepspeed"]
+    # the collectives first: a short all-reduce sweep on the same ranks (dsdoctor nccl); a rendezvous or a
+    # collective that fails here would make the smoke hang until its timeout
+    nccl_json = out.parent / f"{out.name}_nccl.json"
+    nccl_command = [sys.executable, "-m", "dsdoctor", "nccl", "--nproc", str(nproc), "--sizes", "1M,16M", "--iters",
+                    "3", "--timeout", "60", "--json", str(nccl_json)]
+    subprocess.run(nccl_command, capture_output=True, text=True)
+    findings: list[Finding] = []
+    try:
+        nccl = json.loads(nccl_json.read_text())
+    except (OSError, ValueError):
+        nccl = {}
+    for f in nccl.get("findings", []):
+        findings.append(_titled(Finding(**{k: f[k] for k in ("id", "severity", "title", "evidence", "fix", "source")}),
+                                "probe nccl"))
+    if any(f.severity == "error" for f in findings):
+        return findings, {"command": nccl_command, "nproc": nproc, "steps": 0, "step_time_s": None,
+                          "nccl": "failed: the smoke was not started"}
     proc = subprocess.run(command, capture_output=True, text=True)
     try:
         report = json.loads((out.parent / f"{out.name}.json").read_text())
     except (OSError, ValueError):
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return [rules.PRE002.finding(f"probe: smoke did not report (exit {proc.returncode}): {tail[0][:300]}",
-                                     title="[probe] smoke did not run")], {"command": command}
+        return findings + [rules.PRE002.finding(f"probe: smoke did not report (exit {proc.returncode}): "
+                                                f"{tail[0][:300]}", title="[probe] smoke did not run")], \
+            {"command": command}
     rows = []
     try:
         for line in (out / "metrics" / "rank0.jsonl").read_text().splitlines():
@@ -426,7 +445,8 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
               "tokens_per_s": report.get("result", {}).get("tokens_per_s"),
               "peak_allocated_bytes": report.get("result", {}).get("peak_allocated_bytes"),
               "device": report.get("result", {}).get("device")}
-    findings = []
+    result["nccl"] = {"busbw_bytes_per_s": (nccl.get("result") or {}).get("busbw_bytes_per_s"),
+                      "command": nccl_command}
     for f in report.get("findings", []):
         finding = Finding(**{k: f[k] for k in ("id", "severity", "title", "evidence", "fix", "source")})
         if finding.id in TREND_RULES and finding.severity == "warning":  # a trend needs a run, not a probe
