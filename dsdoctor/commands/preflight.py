@@ -135,8 +135,11 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         "check": check_result, "estimate": estimate_result, "env": env_result,
         "data": {"files": [str(f) for f in files], "samples": samples, "notes": data_notes, "audit": data_result},
         "probe": probe, "eta": eta, "seconds": round(time.perf_counter() - started, 3)}
+    from dsdoctor.preflight.settings import _ALIAS_OF
+
+    # what the sections used: every value given, and the script's declared defaults of the names they read
     given = [[name, str(s.value)[:80], s.source] for name, s in plan.settings.given.items()
-             if not s.source.startswith("default ")]
+             if not s.source.startswith("default ") or name in _ALIAS_OF]
     if given:
         report.tables.append(("what the line, its files and the script set", ["name", "value", "from"], given))
     if eta:

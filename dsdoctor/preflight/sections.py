@@ -193,12 +193,17 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
               "grad_accum": (accum or 1, accum_source or "not given: 1 (or the DeepSpeed config's)"),
               "grad_ckpt": (ckpt, ckpt_source),
               "launch": (plan.kind, plan.kind_source)}
+    zero = s.value("zero_stage") if not plan.deepspeed else None  # a config's own stage wins (estimate reads it)
+    zero = zero if isinstance(zero, int) and not isinstance(zero, bool) else None
+    if zero is not None:
+        explicit.add("zero")
+        inputs["zero_stage"] = (zero, s.get("zero_stage").source)
     if plan.world_size is None:
         return [rules.PRE002.finding(f"estimate: not run: the world size is unknown ({plan.world_source})",
                                      title="[estimate] not run", fix="Give --gpus N (GPUs per node).")], None, inputs
     try:
         report = run_estimate(
-            model.value, 2, "none", "none", method, rank or 8, targets if isinstance(targets, str) else None, 0.05,
+            model.value, zero if zero is not None and 0 <= zero <= 3 else 2, "none", "none", method, rank or 8, targets if isinstance(targets, str) else None, 0.05,
             _int_setting(plan, "freeze_trainable_layers")[0] or 2, _int_setting(plan, "pre_seq_len")[0] or 16,
             plan.gpus_per_node, plan.nodes, micro or 1, seq_len or 1024, bool(ckpt), precision or "bf16",
             plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
