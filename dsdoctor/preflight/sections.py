@@ -203,7 +203,8 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
                                      title="[estimate] not run", fix="Give --gpus N (GPUs per node).")], None, inputs
     try:
         report = run_estimate(
-            model.value, zero if zero is not None and 0 <= zero <= 3 else 2, "none", "none", method, rank or 8, targets if isinstance(targets, str) else None, 0.05,
+            model.value, zero if zero is not None and 0 <= zero <= 3 else 2, "none", "none", method, rank or 8,
+            targets if isinstance(targets, str) else None, 0.05,
             _int_setting(plan, "freeze_trainable_layers")[0] or 2, _int_setting(plan, "pre_seq_len")[0] or 16,
             plan.gpus_per_node, plan.nodes, micro or 1, seq_len or 1024, bool(ckpt), precision or "bf16",
             plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
