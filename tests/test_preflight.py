@@ -21,7 +21,8 @@ TUTORIALS = Path(__file__).resolve().parents[2] / "shared" / "tutorials"
 def preflight(*args: str, cwd: Path | None = None, env: dict | None = None) -> tuple[int, dict | None, str]:
     """(exit code, the JSON report or None, stderr) of ``dsdoctor preflight ARGS``."""
     environ = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}
-    environ.pop("CUDA_VISIBLE_DEVICES", None)
+    for name in ("CUDA_VISIBLE_DEVICES", "MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        environ.pop(name, None)  # another test's distributed variables are not this line's
     proc = subprocess.run([sys.executable, "-m", "dsdoctor", "preflight", "--json", "-", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120, env=environ)
     try:
