@@ -1172,3 +1172,33 @@ def test_nccl_socket_transport_over_container_bridges_is_named():
     assert "NCCL_SOCKET_IFNAME=bond0" in found.fix
     assert not bridge_findings({**net, "NCCL_SOCKET_IFNAME": "bond0"})
     assert not bridge_findings({**net, "route_to_master": ["lo", "127.0.0.1"]})  # one node: no other node to reach
+
+
+# --- held-out-7 (2026-12-05): causes no rule named, written as general rules ----------------------------------------
+
+def test_an_op_needing_a_newer_libstdcxx_than_the_one_loaded():
+    log = ("ImportError: /opt/conda/lib/python3.9/site-packages/snappy/../../.././libstdc++.so.6: version "
+           "`GLIBCXX_3.4.29' not found (required by /root/.cache/torch_extensions/py39_cu117/cpu_adam/cpu_adam.so)\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "ENV335" and "GLIBCXX_3.4.29" in findings[0].title
+    assert "rm -rf /root/.cache/torch_extensions/py39_cu117/cpu_adam" in findings[0].fix
+
+
+def test_another_packages_object_lacking_what_the_caller_expects_is_a_version_mismatch():
+    log = ("Traceback (most recent call last):\n"
+           "  File \"/venv/lib/python3.12/site-packages/trl/models/utils.py\", line 173, in add_hooks\n"
+           "    optimizer_offload._register_hooks_recursively(optimizer_offload.module)\n"
+           "AttributeError: 'DeepSpeedZeRoOffload' object has no attribute '_register_hooks_recursively'\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "ENV310" and "trl expects another version of deepspeed" in findings[0].title
+    # the user's own object: no package to blame, the unnamed error it is
+    own = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    m.fit()\n"
+           "AttributeError: 'MyModel' object has no attribute 'fit'\n")
+    assert explain(own)[0][0].id == "LOG805"
+
+
+def test_an_option_the_shell_ran_as_a_command():
+    log = ("[ERROR] [launch.py:322:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py', '--local_rank=0'] exits "
+           "with return code = 2\nscript/train/finetune.sh: 25: --output_dir: not found\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "PRE017" and "--output_dir" in findings[0].evidence

@@ -261,6 +261,21 @@ ENV334 = rule(
         "launch with `python -m deepspeed.launcher.runner` and the same arguments.",
     source="deepspeed's setup.py (scripts: bin/deepspeed); pip installs scripts into sysconfig's 'scripts' path")
 
+ENV335 = rule(
+    "ENV335", "error", "the libstdc++ loaded is older than the one an op was built against",
+    what="Loading a compiled op (a DeepSpeed op JIT-built into torch's extensions cache, or a package's extension) "
+         "fails with \"version `GLIBCXX_3.4.NN' not found\": the libstdc++.so.6 the process loaded first (a conda "
+         "environment's, or one a package ships) is older than the one of the compiler that built the op.",
+    why="The op (CPUAdam for optimizer offload, FusedAdam) cannot load; DeepSpeed then fails at the first optimizer "
+        "creation, after the model has loaded, often with a second error (\"no attribute ds_opt_adam\") that hides "
+        "this one.",
+    fix="Give the environment a libstdc++ as new as the compiler's: `conda install -c conda-forge libstdcxx-ng` "
+        "(or `conda install -c conda-forge gcc` to build with the environment's own), or start the job with "
+        "LD_PRELOAD set to the system's libstdc++.so.6 (`g++ -print-file-name=libstdc++.so.6`); then delete the "
+        "cached op build so it is rebuilt.",
+    source="the dynamic loader's symbol versioning (GLIBCXX_* in libstdc++.so.6); torch/utils/cpp_extension.py "
+           "_import_module_from_library; DeepSpeed issue 5207")
+
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",

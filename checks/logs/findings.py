@@ -13,6 +13,7 @@ from dataclasses import replace
 from dsdoctor.report import Finding
 from dsdoctor.rules import Rule, catalogue
 
+from . import imports
 from .context import localize, run_context
 from .lines import EXCEPTION_NAME, PROGRESS, PYTHON_ERROR, WRAP_MIN, Line, continued, joined, read_lines
 from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message,
@@ -372,7 +373,12 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         match.context = ctx
         evidence, fix, extra = _described(match, lines)
         target: Rule = rules[extra.get("rule") or match.signature.rule_id]  # a describer may name a narrower rule
-        found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE else None
+        crossed = imports.object_attribute(match, lines) if match.signature is PYTHON_ERROR_SIGNATURE else None
+        if crossed is not None:  # another package's object lacks what the raising package expects: a version mismatch
+            evidence, fix, extra = crossed[0], crossed[1], {**extra, "title": crossed[2]}
+            target = rules["ENV310"]
+        found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None \
+            else None
         origin = None
         if found is not None:  # no rule names it, but the catalogue knows whose message it is
             target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""

@@ -323,3 +323,86 @@ def op_abi(match, lines) -> tuple[str, str, dict]:
     return (evidence + " (DeepSpeed's prebuilt op, compiled against another torch)",
             "Reinstall DeepSpeed against the installed torch: `DS_BUILD_OPS=1 pip install --no-cache-dir "
             "--force-reinstall deepspeed`, or without DS_BUILD_OPS (its ops are then JIT-built at first use).", {})
+
+
+#: an op or extension that needs a newer C++ runtime than the one loaded: "version `GLIBCXX_3.4.29' not found
+#: (required by .../torch_extensions/py39_cu117/cpu_adam/cpu_adam.so)"
+GLIBCXX = (r"(?P<lib>\S{0,400}libstdc\+\+\.so\.6): version `(?P<ver>(?:GLIBCXX|CXXABI)_[\d.]{1,12})' not found"
+           r"(?: \(required by (?P<by>[^\n)]{1,400})\))?")
+GLIBCXX_NEEDLES = ("GLIBCXX_", "CXXABI_")
+
+
+def glibcxx(match, lines) -> tuple[str, str, dict]:
+    """ENV335 from a log: the loaded libstdc++ lacks the symbol version an op was built against. The fix names the
+    cached op build to delete when the op is DeepSpeed's JIT build (torch's extensions cache)."""
+    g = match.groups.groupdict()
+    evidence = _where(match) + _line(match)
+    by = g.get("by") or ""
+    cache = _JIT_CACHE.match(by) if by else None
+    fix = ("Give the environment a libstdc++ as new as the compiler's: `conda install -c conda-forge libstdcxx-ng` "
+           f"(the loaded one is {g['lib'][:200]}), or start the job with LD_PRELOAD set to the system's "
+           "(`g++ -print-file-name=libstdc++.so.6`)")
+    if cache:
+        fix += f"; then delete the cached build (`rm -rf {cache.group('dir')}`) so the op is rebuilt."
+    else:
+        fix += "."
+    op = by.rsplit("/", 1)[-1] if by else "a compiled extension"
+    return evidence, fix, {"title": f"{op[:80]} needs {g['ver']}, which the libstdc++ loaded lacks"}
+
+
+#: an attribute of another package's object that the calling package expects and the installed one lacks:
+#: "AttributeError: 'DeepSpeedZeRoOffload' object has no attribute '_register_hooks_recursively'" raised in trl
+OBJECT_ATTRIBUTE = r"AttributeError: '(?P<cls>[A-Z]\w{2,100})' object has no attribute '(?P<attr>\w{1,200})'"
+#: the packages of the fine-tuning stack whose classes other packages reach into (searched in this order)
+_STACK = ("deepspeed", "accelerate", "peft", "trl", "pydantic", "transformers")
+
+
+def _defining_package(cls: str, besides: str | None) -> str | None:
+    """The package of the fine-tuning stack that defines class ``cls``: its name's prefix (DeepSpeed..., Peft...,
+    Accelerat...), else the installed packages' sources (``class cls`` at the start of a line; nothing is
+    imported). None when no other package than ``besides`` defines it."""
+    import importlib.util
+    from pathlib import Path
+
+    for package in _STACK:
+        if package != besides and cls.lower().startswith(package[:8]):
+            return package
+    pattern = re.compile(rf"^class {re.escape(cls)}\b", re.M)
+    for package in _STACK:
+        if package == besides:
+            continue
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for root in spec.submodule_search_locations:
+            for path in Path(root).rglob("*.py"):
+                try:
+                    if pattern.search(path.read_text(errors="replace")):
+                        return package
+                except OSError:
+                    continue
+    return None
+
+
+def object_attribute(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) of ENV310 when ``match`` (an unnamed Python error) is an AttributeError on an object
+    whose class is another installed package's than the frame that raised it: code written for another version of
+    that package (TRL's ZeRO-3 generation hooks calling a method DeepSpeed 0.16.4 renamed; an old DeepSpeed reading
+    pydantic 1's FieldInfo.required under pydantic 2). None otherwise: the error stays what it was."""
+    found = re.search(OBJECT_ATTRIBUTE, match.line.text)
+    if found is None:
+        return None
+    raiser = _raised_in(match, lines)
+    owner = _defining_package(found.group("cls"), raiser) if raiser else None
+    if not raiser or not owner or owner == raiser:
+        return None
+    cls = found.group("cls")
+    return (_where(match) + _line(match) + f" (raised in {raiser}; {cls} is {owner}'s)",
+            f"The installed {raiser} was written for another version of {owner}: upgrade {raiser} to a release made "
+            f"for the installed {owner} (`pip install -U {PIP_NAMES.get(raiser, raiser)}`), or pin {owner} to the "
+            f"version {raiser} supports (its requirements); `dsdoctor env` lists the installed versions and those "
+            f"known to break each other.",
+            f"a version mismatch: the installed {raiser} expects another version of {owner}")

@@ -432,6 +432,14 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
     return _where(match) + match.line.text.strip()[:300], ""
 
 
+def _option_as_command(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """PRE017 from the shell's complaint about an option it ran as a command."""
+    g = match.groups.groupdict()
+    option = g.get("opt") or g.get("opt2") or "an option"
+    return (_where(match) + match.line.text.strip()[:300] + f" (the shell ran {option} as a command of its own: the "
+            "launch command above it had ended, so it and the options after it never reached the script)", "")
+
+
 #: one interface of NCCL's "NET/Socket : Using [0]bond0:10.0.0.1<0> [1]br-05ab:172.18.0.1<0>" list
 NCCL_IF = re.compile(r"\[(\d{1,2})\]([\w.:-]{1,40}?):[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>")
 #: bridges and virtual links of container and VM hosts, as `env`'s NET416 check names them
@@ -745,6 +753,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("version-required", "ENV310", "is required for a normal functioning of this module",
          r"(?P<req>[\w.-]{1,80}[<>=!~][^\s,]{1,40}(?:,[<>=!~][^\s,]{1,40}){0,3}) is required for a normal functioning of "
          r"this module, but found (?P<found>[\w.-]{1,80}==[\w.+-]{1,40})", _required),
+    _sig("glibcxx", "ENV335", imports.GLIBCXX_NEEDLES, imports.GLIBCXX, imports.glibcxx,
+         "dsdoctor env --build-ops ds_config.json", caught_note="(builds and loads the ops the config needs)"),
+    # sh/dash and bash report a word they cannot run: an option line run as a command, because the command above it
+    # ended early (a missing backslash, a comment inside the continuation)
+    _sig("option-run-as-command", "PRE017", ": --",
+         r"^\S{1,400}\.sh: (?:line )?\d{1,6}: (?P<opt>--[A-Za-z][\w.-]{0,100})|"
+         r"^(?:ba|z)?sh: (?:line \d{1,6}: )?(?:command not found: )?(?P<opt2>--[A-Za-z][\w.-]{0,100})"
+         r"[^\n]{0,300}?(?:command )?not found", _option_as_command, "dsdoctor preflight -- bash SCRIPT.sh"),
     _sig("import-error", "ENV310", imports.VERSION_MISMATCH_NEEDLES, imports.VERSION_MISMATCH,
          imports.version_mismatch, "dsdoctor env", caught_note="(the installed versions and those known to break "
                                                                "each other)"),
