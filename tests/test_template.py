@@ -111,7 +111,10 @@ def test_hypothesis_sizes_match_the_meta_build(name):
     row = REGISTRY[name][1]
     answered = []
 
-    @settings(max_examples=6, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the same draws on every run (random ones were all declined now and then on a fresh clone's
+    # run, which tested nothing and failed the suite)
+    @settings(max_examples=8, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
     @given(_sizes(name))
     def check(sizes):
         config = {**row, **sizes}
