@@ -161,7 +161,8 @@ def _eta(plan, estimate_result: dict | None, samples: int | None, rules, section
         accum = setup.get("gradient_accumulation_steps") or sections._int_setting(plan, "grad_accum")[0] or 1
         steps, how = sections.steps_of(plan, samples, world, micro, accum)
         step_s = probe["step_time_s"]
-        basis = (f"measured by --probe: median of {max(probe['steps'] - 2, 1)} steps on {probe['nproc']} "
+        basis = (f"measured by --probe: median of the last {max(probe['steps'] - max(2, probe['steps'] // 2), 1)} "
+                 f"of {probe['steps']} steps on {probe['nproc']} "
                  f"{probe.get('device') or ''} rank(s) here" + ("" if probe["nproc"] == world else
                                                                f" (the run has {world}: per-rank work is the same "
                                                                "micro batch, communication differs)"))

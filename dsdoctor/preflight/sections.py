@@ -381,8 +381,8 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
     """``--probe``: a short ``dsdoctor nccl`` (all-reduce of 1 and 16 MiB, 3 iterations) on the same ranks, then
     ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method, DeepSpeed config,
     data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), each as a subprocess;
-    their findings, and the median step time after two warm-up steps (rank 0's ``metrics/rank0.jsonl``), which the
-    ETA then uses. A collective that fails stops the probe before the smoke."""
+    their findings, and the median step time of the second half of the steps (rank 0's ``metrics/rank0.jsonl``;
+    the first half warms the allocator and caches up), which the ETA then uses. A collective that fails stops the probe before the smoke."""
     import statistics
     import subprocess
     import sys
@@ -445,7 +445,7 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
                 rows.append(row["step_time_s"])
     except (OSError, ValueError):
         pass
-    measured = rows[2:] or rows
+    measured = rows[max(2, len(rows) // 2):] or rows  # the second half: the allocator and caches have settled
     result = {"command": command, "nproc": nproc, "steps": len(rows), "config": config_note or None,
               "step_time_s": round(statistics.median(measured), 4) if measured else None,
               "tokens_per_s": report.get("result", {}).get("tokens_per_s"),
