@@ -100,6 +100,20 @@ def _convert(row, info: dict | None):
     return {k: v for k, v in mapped.items() if v is not None}
 
 
+def not_sft(info: dict | None) -> str:
+    """Why a dataset_info.json entry holds no instruction/answer records, or "": a preference dataset (``ranking``:
+    chosen/rejected pairs, for DPO, ORPO, KTO, a reward model) or a pre-training one (a text column and no response:
+    ``columns: {prompt: text}``), as LLaMA-Factory's data/README.md describes them."""
+    if not isinstance(info, dict):
+        return ""
+    if info.get("ranking"):
+        return "a preference dataset (ranking: chosen/rejected pairs)"
+    columns = info.get("columns") or {}
+    if info.get("formatting", "alpaca") != "sharegpt" and "prompt" in columns and "response" not in columns:
+        return "a pre-training dataset (a text column, no response)"
+    return ""
+
+
 def read_samples(path: Path, info: dict | None = None) -> tuple[list[Sample], list[str], list[str]]:
     """(samples with an answer, malformed "where: why", samples whose answer is empty) of a JSON lines file or a
     JSON array. ``info``: a dataset_info.json entry. Raises DsdoctorError for a file that cannot be read or is not
@@ -159,12 +173,18 @@ def load_tokenizer(model: str | None):
     if model and Path(model).expanduser().exists() and not Path(model).expanduser().is_dir():
         raise DsdoctorError(f"--model {model}: not a model directory (give the directory with config.json)")
     if model and Path(model).expanduser().is_dir():
+        names = {p.name for p in Path(model).expanduser().iterdir()}
+        if not names & {"tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                        "spiece.model", "qwen.tiktoken"}:
+            raise DsdoctorError(f"--model {model}: no tokenizer files in it (tokenizer.json, tokenizer_config.json, "
+                                "tokenizer.model): give the model's directory")
         try:
             return AutoTokenizer.from_pretrained(str(Path(model).expanduser()), trust_remote_code=False), \
                 f"{model}'s tokenizer"
         except Exception as exc:  # transformers raises many kinds for a tokenizer it cannot build
-            raise DsdoctorError(f"--model {model}: its tokenizer does not load without remote code "
-                                f"({type(exc).__name__}: {str(exc)[:160]})") from None
+            detail = " ".join(str(exc).split())[:160]
+            raise DsdoctorError(f"--model {model}: its tokenizer does not load here without the model's own code "
+                                f"({type(exc).__name__}: {detail})") from None
     what = "the bundled tiny tokenizer (" + (f"{model} is not a local directory: " if model else "no --model: ") + \
         "token counts are approximate; give --model DIR for the model's own)"
     return AutoTokenizer.from_pretrained(str(bundled)), what
@@ -213,7 +233,7 @@ def infer_seqlen(source_len: int, target_len: int, cutoff_len: int) -> tuple[int
 
 def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", micro_batch: int = 1,
           info: dict | None = None, full: bool = False, seed: int = 0, tokenizer=None,
-          truncation: str = "reference") -> Audit:
+          truncation: str = "reference", limit: int | None = None) -> Audit:
     """Audit the dataset at ``path`` for a run at ``seq_len`` tokens with ``template`` ("auto": the tokenizer's
     chat template if it has one, else ChatGLM's, as the reference trainer) and ``micro_batch`` samples a batch (for
     the padding). ``truncation``: how the run shortens a long sample: "reference" (the answer is cut, and lost
@@ -222,6 +242,13 @@ def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", m
     axolotl's ``drop_long_seq``). Raises DsdoctorError for a file that cannot be read."""
     result = Audit()
     samples, result.malformed, result.empty = read_samples(path, info)
+    if limit:  # the run keeps only the first `limit` records (LLaMA-Factory's max_samples)
+        last = _number((samples[limit - 1:limit] or [None])[0]) if len(samples) >= limit else None
+        if last is not None:
+            samples = samples[:limit]
+            result.malformed = [m for m in result.malformed if _number(m.split(":")[0]) <= last]
+            result.empty = [w for w in result.empty if _number(w) <= last]
+    result.truncation = truncation
     result.records = len(samples) + len(result.empty) + len(result.malformed)
     seen: dict[str, str] = {}
     for s in samples:
@@ -285,6 +312,12 @@ def audit(path: Path, model: str | None, seq_len: int, template: str = "auto", m
     return result
 
 
+def _number(where) -> int:
+    """The line or record number of a "line 17" / "record 17" (or of a Sample)."""
+    text = where.where if isinstance(where, Sample) else str(where)
+    return int(text.split()[-1])
+
+
 def _flat(s: Sample) -> str:
     return "\n".join(c for _, c in s.prompt)
 
@@ -312,6 +345,7 @@ def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_
     if result.empty:
         out.append(rules.DATA701.finding(f"{name}: {len(result.empty)} sample(s) with an empty answer: "
                                          f"{_lines(result.empty)}", title="Samples with an empty answer",
+                                         severity="warning" if result.truncation == "llamafactory" else None,
                                          fix="Drop those samples, or fill their answers: an empty answer has no "
                                              "token to learn."))
     if result.cut_away:

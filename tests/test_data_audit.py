@@ -143,3 +143,20 @@ def test_llamafactory_shares_the_length_and_axolotl_drops(tmp_path):
     ax = data_audit.audit(reference.DEFAULT_DATA, None, 24, "chatglm", truncation="axolotl")
     assert ref.cut_away and not lf.cut_away and not ax.cut_away
     assert len(ax.dropped) == sum(t > 24 for t in ax.lengths) > 0
+
+
+def test_pretraining_and_preference_entries_are_not_sft(tmp_path):
+    (tmp_path / "pt.jsonl").write_text('{"text": "plain text"}\n')
+    (tmp_path / "dataset_info.json").write_text(json.dumps({
+        "my_pt": {"file_name": "pt.jsonl", "columns": {"prompt": "text"}},
+        "my_dpo": {"file_name": "pt.jsonl", "ranking": True}}))
+    for name, why in (("my_pt", "pre-training"), ("my_dpo", "preference")):
+        code, _, err = data(str(tmp_path / "dataset_info.json"), "--dataset", name)
+        assert code == 2 and why in err
+
+
+def test_max_samples_keeps_the_first_records_only(tmp_path):
+    rows = [{"instruction": "q", "output": "a"}] * 5 + [{"instruction": "q6", "output": ""}]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert data_audit.audit(tmp_path / "d.jsonl", None, 64, "chatglm").empty == ["line 6"]
+    assert data_audit.audit(tmp_path / "d.jsonl", None, 64, "chatglm", limit=5).empty == []

@@ -348,3 +348,51 @@ def test_a_llamafactory_dataset_not_in_dataset_info_is_blocking(tmp_path):
 def test_bad_preflight_options_one_line_exit_2(args, message, tmp_path):
     code, _, err = preflight(*args, cwd=tmp_path)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+# --- a second new user's trial (2026-12-05) ----------------------------------------------------------------------
+
+TRAINER_SCRIPT = ("from transformers import Trainer, TrainingArguments, HfArgumentParser\n"
+                  "parser = HfArgumentParser(TrainingArguments)\nargs, = parser.parse_args_into_dataclasses()\n"
+                  "trainer = Trainer(model=None, args=args)\ntrainer.train()\n")
+
+
+def test_the_trainers_default_micro_batch_and_rounded_up_steps(tmp_path):
+    (tmp_path / "train.py").write_text(TRAINER_SCRIPT)
+    (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"},
+                                                  "train_micro_batch_size_per_gpu": "auto",
+                                                  "gradient_accumulation_steps": "auto"}))
+    code, report, err = preflight("--gpu", "A100-80GB", "--samples", "1000", "--", "torchrun", "--nproc_per_node", "8",
+                                  "train.py", "--model_name_or_path", "Qwen/Qwen2.5-7B", "--deepspeed", "ds.json",
+                                  "--gradient_accumulation_steps", "2", "--num_train_epochs", "1", cwd=tmp_path)
+    inputs, eta = report["result"]["estimate_inputs"], report["result"]["eta"]
+    assert inputs["micro_batch"]["value"] == 8 and inputs["micro_batch"]["source"] == "TrainingArguments' default"
+    # 1000 / 8 ranks = 125 a rank, / micro 8 = 16 batches, / 2 accumulation = 8 steps an epoch (transformers 5)
+    assert eta["steps"] == 8
+
+
+def test_a_config_beside_the_script_but_not_where_the_launch_runs(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "train.py").write_text(TRAINER_SCRIPT)
+    (tmp_path / "hf" / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    code, report, _ = preflight("--", "deepspeed --num_gpus 2 hf/train.py --deepspeed ds.json", cwd=tmp_path)
+    found = [f for f in report["findings"] if f["id"] == "PRE014"]
+    assert code == 1 and found and "where the launch runs" in found[0]["evidence"]
+
+
+def test_a_cd_before_the_launch_moves_where_it_runs(tmp_path):
+    (tmp_path / "eng").mkdir()
+    (tmp_path / "eng" / "t.py").write_text("import deepspeed\nengine = deepspeed.initialize(config='ds.json')\n")
+    (tmp_path / "eng" / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0}}')
+    (tmp_path / "run.sh").write_text("#!/bin/bash\ncd eng\ndeepspeed --num_gpus 2 t.py\n")
+    code, report, _ = preflight("--", "bash", "run.sh", cwd=tmp_path)
+    assert report["result"]["plan"]["workdir"].endswith("eng") and "PRE014" not in ids(report)
+
+
+def test_qlora_memory_is_an_upper_bound_not_a_no_go(tmp_path):
+    (tmp_path / "q.yml").write_text("base_model: Qwen/Qwen2.5-7B\nadapter: qlora\nload_in_4bit: true\n"
+                                    "sequence_len: 4096\nmicro_batch_size: 4\ngradient_accumulation_steps: 1\n"
+                                    "num_epochs: 1\nbf16: auto\n")
+    code, report, _ = preflight("--gpus", "2", "--gpu", "RTX-4090", "--", "axolotl", "train", "q.yml", cwd=tmp_path)
+    assert not [f for f in report["findings"] if f["id"].startswith("MEM") and f["severity"] == "error"]
+    assert any(f["id"] == "PRE002" and "quantized" in f["evidence"] for f in report["findings"])

@@ -36,6 +36,9 @@ def run_data(file: str, model: str | None, seq_len: int, template: str, micro_ba
         if not isinstance(info, dict) or not info.get("file_name"):
             raise DsdoctorError(f"--dataset {dataset}: not a local entry of {shown(file)} "
                                 f"(local entries: {', '.join(local[:12])})")
+        why = data_audit.not_sft(info)
+        if why:
+            raise DsdoctorError(f"--dataset {dataset}: {why}; the audit reads instruction/answer (SFT) records")
         path = path.parent / info["file_name"]
         if path.is_dir():
             raise DsdoctorError(f"--dataset {dataset}: {shown(str(path))} is a directory; give one of its files")

@@ -79,7 +79,10 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
                                                   + (" ..." if len(plan.settings.unknown) > 40 else "")))
     check_findings, check_result = sections.check_section(plan, gpu, model_name, rules, gpu_cc)
     estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules, gpu_cc, gpu_mem)
-    env_findings, env_result = sections.env_section(plan, model_name, method, rules)
+    from dsdoctor.hardware import visible_gpus
+
+    env_findings, env_result = sections.env_section(plan, model_name, method, rules,
+                                                    other_machine=bool(gpu) and not visible_gpus())
     files, data_notes, missing = dataset_files(plan)
     line_findings += [rules.PRE014.finding(m, title="A dataset the run names is not there") for m in missing]
     data_findings, data_result = sections.data_section(plan, files, rules) if audit_data else ([], {})
@@ -95,7 +98,13 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         target.mkdir(parents=True, exist_ok=True)
         probe_findings, probe = sections.probe_section(plan, files, probe_steps, target / "smoke", rules,
                                                        check_result)
-    eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections, probe)
+    probe_for_eta = probe
+    if probe and probe.get("device") == "cpu" and gpu:  # a CPU probe times this machine, not the --gpu run
+        probe_for_eta = None
+    eta_finding, eta = _eta(plan, estimate_result, samples, rules, sections, probe_for_eta)
+    if probe and probe_for_eta is None and probe.get("step_time_s"):
+        eta["probe_not_used"] = (f"the probe ran on this machine's CPU ({probe['step_time_s']} s a step), not on a "
+                                 f"{gpu}: the ETA is the FLOPs model's")
     probe = probe or {}
 
     setup = (estimate_result or {}).get("setup") or {}
@@ -116,7 +125,11 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
         verdict, severity = "GO with warnings", "warning"
     else:
         verdict, severity = "GO", "ok"
-    first = blocking or warnings
+    first, seen_ids = [], set()
+    for f in blocking or warnings:  # one fix per rule, in order
+        if f.id not in seen_ids:
+            seen_ids.add(f.id)
+            first.append(f)
     fixes = " ".join(f"{i}. {f.id}: {f.fix}" for i, f in enumerate(first[:6], start=1))
     report = Report("preflight")
     report.add(rules.PRE001.finding(

@@ -112,6 +112,7 @@ class Launch:
     source: str = ""
     notes: list[str] = field(default_factory=list)
     dangling: str = ""  # the line after the command, when it starts with an option (a missing backslash)
+    cd: str = ""  # the directory the text's `cd` lines moved to before the launch (relative to where it started)
 
     def to_dict(self) -> dict:
         return {"launcher": self.launcher, "line": self.line, "env": self.env, "options": self.options,
@@ -325,6 +326,7 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
     (``the command is deepspeed ...``) is found too. Raises DsdoctorError when no line starts a launcher."""
     variables = dict(env or {})
     last_error = None
+    cd = ""
     text = _FENCE.sub("\n", text).replace("`", " ")
     lines = []
     for raw in text.splitlines():
@@ -335,6 +337,10 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
     for number, line in enumerate(joined, start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
+            continue
+        moved = re.match(r"^cd\s+(\S+)\s*(?:;\s*)?$", stripped)
+        if moved:  # the launch that follows runs there
+            cd = _moved(cd, _substitute(moved.group(1), variables))
             continue
         assignment = re.match(r"^(?:export\s+)?([A-Za-z_]\w*)=(.*)$", stripped)
         if assignment and not _LAUNCH_SEARCH.search(stripped):
@@ -374,6 +380,10 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
             if not _runs_training(launch):  # prose ("supports torchrun and deepspeed"), or a preprocessing step
                 last_error = DsdoctorError(f"{label} line {number}: `{line[:80]}` does not start a training run")
                 continue
+            before = re.search(r"\bcd\s+(\S+)\s*(?:&&|;)\s*$", stripped[:found.start()])
+            if before:  # `cd finetune && deepspeed ...`
+                cd = _moved(cd, _substitute(before.group(1), variables))
+            launch.cd = cd
             launch.env = {**(env or {}), **launch.env}
             if label != "the pasted text" or sum(1 for t in joined if t.strip()) > 1:
                 launch.source = f"{label} line {number}"
@@ -383,6 +393,14 @@ def launch_in_text(text: str, env: dict | None = None, label: str = "the pasted 
         raise last_error
     raise DsdoctorError(f"{label}: no launch line in it (no line starts with deepspeed, torchrun, python "
                         "SCRIPT.py, accelerate launch, llamafactory-cli train or axolotl train)")
+
+
+def _moved(cd: str, target: str) -> str:
+    """The directory after ``cd target`` from ``cd`` (both relative to where the text started; an absolute
+    ``target`` replaces it)."""
+    import posixpath
+
+    return posixpath.normpath(target if target.startswith(("/", "~")) else posixpath.join(cd or ".", target))
 
 
 def _continued(lines: list[str]) -> list[str]:

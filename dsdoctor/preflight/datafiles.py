@@ -59,7 +59,10 @@ def dataset_files(plan: Plan) -> tuple[list[Path], list[str], list[str]]:
             missing.append(f"dataset {name} ({found.source}): not defined in {info_path} (LLaMA-Factory stops: "
                            f"\"Undefined dataset {name} in dataset_info.json\")")
             continue
-        path, _ = _resolve(name, plan.workdir, plan.script_path.parent if plan.script_path else None)
+        path, how = _resolve(name, plan.workdir, plan.script_path.parent if plan.script_path else None)
+        if path is not None and how:  # the run opens it from the launch directory, not the script's
+            missing.append(f"dataset {name} ({found.source}): not in {plan.workdir}, where the launch runs; {how}")
+            continue
         if path is None and name.endswith((".json", ".jsonl", ".parquet", ".csv")):
             missing.append(f"dataset {name} ({found.source}): no such file in {plan.workdir}")
         elif path is None:

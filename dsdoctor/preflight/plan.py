@@ -63,6 +63,12 @@ class Plan:
     problems: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def deepspeed_has(self, key: str) -> bool:
+        """Whether the run's DeepSpeed config sets ``key`` to a number (not "auto")."""
+        config = loaded_json(self.deepspeed) if self.deepspeed else None
+        return isinstance(config, dict) and isinstance(config.get(key), (int, float)) and \
+            not isinstance(config.get(key), bool)
+
     def to_dict(self) -> dict:
         shown = {name: {"value": s.value, "source": s.source} for name, s in self.settings.given.items()}
         return {"launch": self.launch.to_dict(), "workdir": str(self.workdir),
@@ -152,7 +158,10 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
         if not pool and num_nodes is not None and num_nodes > 1:
             plan.problems.append(rules.PRE011.finding(
                 f"--num_nodes {num_nodes} and no hostfile ({hostfile} does not exist here)"))
-        if visible is not None and not pool and (include or exclude or (num_gpus or -1) > 0 or (num_nodes or -1) > 1):
+        same = (not include and not exclude and num_gpus and visible is not None and
+                [d.strip() for d in visible.split(",")] == [str(i) for i in range(num_gpus)])  # GPUs 0..N-1 anyway
+        if visible is not None and not pool and not same and \
+                (include or exclude or (num_gpus or -1) > 0 or (num_nodes or -1) > 1):
             given = " ".join(f"--{k} {v}" for k, v in opts.items() if k in ("num_gpus", "num_nodes", "include",
                                                                               "exclude"))
             plan.problems.append(rules.PRE013.finding(
@@ -214,6 +223,13 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
                     plan.settings.put("deepspeed_config_file", ds["deepspeed_config_file"], f"{found} deepspeed_config")
                 if config.get("mixed_precision") in ("bf16", "fp16"):
                     plan.settings.put(config["mixed_precision"], True, f"{found} mixed_precision")
+                if not ds.get("deepspeed_config_file"):  # accelerate builds the DeepSpeed config from these
+                    for key in ("zero_stage", "gradient_accumulation_steps"):
+                        if isinstance(ds.get(key), int):
+                            plan.settings.put(key, ds[key], f"{found} deepspeed_config.{key}")
+                    if ds:
+                        plan.notes.append(f"{found}: accelerate builds the DeepSpeed config from its deepspeed_config "
+                                          "fields (no file to check)")
         for option, name in (("deepspeed_config_file", "deepspeed_config_file"), ("zero_stage", "zero_stage"),
                              ("gradient_accumulation_steps", "gradient_accumulation_steps")):
             if opts.get(option) is not None:  # accelerate's own DeepSpeed options on the line
@@ -256,7 +272,12 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
     from dsdoctor.checks.deepspeed_config import load_schema
 
     settings = Settings()
+    if launch.cd and launch.cd != ".":  # the text's own `cd` before the launch
+        moved = Path(os.path.expanduser(launch.cd))
+        workdir = moved if moved.is_absolute() else workdir / moved
     plan = Plan(launch=launch, settings=settings, workdir=workdir)
+    if launch.cd and launch.cd != ".":
+        plan.notes.append(f"the launch runs in {workdir} (the `cd {launch.cd}` before it)")
     script_dir = None
     if launch.script and not launch.module and launch.launcher != "llamafactory":
         found, how = _resolve(launch.script, workdir)
@@ -270,6 +291,10 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
             if plan.script.syntax_error:
                 plan.problems.append(rules.PRE019.finding(f"{launch.script}: {plan.script.syntax_error}",
                                                           title="The training script does not parse"))
+            for name in ("lora_rank", "lora_target", "lora_dropout"):  # a peft config built in a branch only
+                if name in plan.script.conditional and name not in plan.script.values:
+                    value, where = plan.script.conditional[name]
+                    settings.put(name, value, where)
             for name, (value, where) in plan.script.defaults.items():
                 settings.put(name, value, f"default {where}")
             for name, (value, where) in plan.script.values.items():
@@ -316,8 +341,12 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
                 title="The DeepSpeed config the run opens does not exist"))
         else:
             plan.deepspeed, plan.deepspeed_source = str(found), ds.source
-            if how:
-                plan.notes.append(f"{ds.value}: {how}")
+            if how:  # DeepSpeed and the Trainer open it from the launch directory, not the script's
+                plan.problems.append(rules.PRE014.finding(
+                    f"{ds.value} (from {ds.source}): not in {workdir}, where the launch runs; {how}",
+                    title="The DeepSpeed config is not where the run opens it",
+                    fix=f"Launch from {found.parent} (or --workdir {found.parent} if you do), or give the path from "
+                        f"where you launch ({found})."))
     elif ds is not None and isinstance(ds.value, dict):
         plan.deepspeed_source = ds.source
         plan.notes.append(f"the DeepSpeed config is a dict literal ({ds.source})")

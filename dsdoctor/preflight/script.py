@@ -136,6 +136,8 @@ class _Reader(ast.NodeVisitor):
                 self.set(key, self.literal(value), value, f"{name}({key}=...)")
         elif name in TRAINER_CLASSES:
             self.facts.launch = "trainer"
+            if "model" in keywords and isinstance(self.literal(keywords["model"]), str):  # SFTTrainer(model="id")
+                self.set("model", self.literal(keywords["model"]), keywords["model"], f"{name}(model=...)")
         elif name in PEFT_CONFIGS:
             method = PEFT_CONFIGS[name]
             if method:

@@ -42,6 +42,29 @@ def training_arguments(plan: Plan, fields: set[str]) -> dict:
     return values
 
 
+def trainer_defaults() -> dict:
+    """TrainingArguments' defaults of the installed transformers, as the shipped schema read them
+    (``dsdoctor/schemas``, generated from transformers' source)."""
+    from dsdoctor.checks.deepspeed_config import load_schema
+
+    return (load_schema()[0].get("training_arguments") or {}).get("defaults") or {}
+
+
+def quantized_base(plan: Plan) -> str:
+    """What says the base model is loaded in 4 or 8 bits (QLoRA), or "": axolotl's ``adapter: qlora`` /
+    ``load_in_4bit``, LLaMA-Factory's ``quantization_bit``, ``from_pretrained(load_in_4bit=True)``."""
+    s = plan.settings
+    for key in ("load_in_4bit", "load_in_8bit"):
+        if as_bool(s.value(key)):
+            return f"{key} ({s.get(key).source})"
+    bits = s.value("quantization_bit")
+    if isinstance(bits, int) and bits in (2, 3, 4, 5, 6, 8):
+        return f"quantization_bit {bits} ({s.get('quantization_bit').source})"
+    if str(s.value("adapter", "")).lower() == "qlora":
+        return f"adapter: qlora ({s.get('adapter').source})"
+    return ""
+
+
 def method_of(plan: Plan) -> tuple[str, str]:
     """(full|lora|freeze|ptuning, where it came from)."""
     s = plan.settings
@@ -148,6 +171,14 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
     seq_len, seq_source = seq_len_of(plan)
     micro, micro_source = _int_setting(plan, "micro_batch")
     accum, accum_source = _int_setting(plan, "grad_accum")
+    if plan.kind == "trainer" and not plan.deepspeed_has("train_micro_batch_size_per_gpu"):
+        # the Trainer fills the config's micro batch and accumulation from TrainingArguments, whose defaults apply
+        # when nothing sets them (transformers' own defaults, in the shipped schema)
+        defaults = trainer_defaults()
+        if micro is None and isinstance(defaults.get("per_device_train_batch_size"), int):
+            micro, micro_source = defaults["per_device_train_batch_size"], "TrainingArguments' default"
+        if accum is None and isinstance(defaults.get("gradient_accumulation_steps"), int):
+            accum, accum_source = defaults["gradient_accumulation_steps"], "TrainingArguments' default"
     rank, _ = _int_setting(plan, "lora_rank")
     ckpt = as_bool(s.value("grad_ckpt"))
     ckpt_source = s.get("grad_ckpt").source if s.get("grad_ckpt") and ckpt is not None else ""
@@ -211,10 +242,21 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
             launch="trainer" if plan.kind == "trainer" else "engine")
     except DsdoctorError as exc:
         return [rules.PRE002.finding(f"estimate: {exc}", title="[estimate] not run")], None, inputs
-    return [_titled(f, "estimate") for f in report.findings], report.result, inputs
+    findings = [_titled(f, "estimate") for f in report.findings]
+    quantized = quantized_base(plan)
+    if quantized:  # the estimate counts a 16-bit base: an upper bound, not a verdict
+        findings = [Finding(f.id, "info" if f.severity in ("error", "warning") and f.id.startswith("MEM") else f.severity,
+                            f.title + (" (upper bound: the base counted at 16 bits)" if f.id.startswith("MEM") else ""),
+                            f.evidence, f.fix, f.source) for f in findings]
+        findings.append(rules.PRE002.finding(
+            f"estimate: the base model is quantized ({quantized}); estimate counts its weights at 16 bits, so its "
+            "memory is an upper bound here, not a verdict", title="[estimate] a 4/8-bit base is not modelled",
+            fix="Judge the memory with --probe (a real smoke on this machine), or dsdoctor smoke on the GPU."))
+    return findings, report.result, inputs
 
 
-def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list[Finding], dict]:
+def env_section(plan: Plan, model: str | None, method: str, rules, other_machine: bool = False
+                ) -> tuple[list[Finding], dict]:
     """``dsdoctor env`` (versions, toolchain, GPUs, host, network) with the config's host-RAM check; the master
     port on the node that binds it; the DeepSpeed ops the config's optimizer builds."""
     from dsdoctor.checks.network import master_port_finding
@@ -222,8 +264,9 @@ def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list
 
     findings: list[Finding] = []
     try:
-        report = run_env(None, None, ".", deepspeed=plan.deepspeed if model else None,
-                         model=model if plan.deepspeed else None, method=method)
+        # the host-RAM check judges this machine: not when --gpu names the machine the run is for and none is here
+        report = run_env(None, None, ".", deepspeed=plan.deepspeed if model and not other_machine else None,
+                         model=model if plan.deepspeed and not other_machine else None, method=method)
     except DsdoctorError as exc:
         return [rules.PRE002.finding(f"env: {exc}", title="[env] not run")], {}
     findings += [_titled(f, "env") for f in report.findings if f.id != "ENV300"]
@@ -266,8 +309,9 @@ def env_section(plan: Plan, model: str | None, method: str, rules) -> tuple[list
 
 
 def steps_of(plan: Plan, samples: int | None, world_size: int, micro: int, accum: int) -> tuple[int | None, str]:
-    """Optimizer steps of the run, as the HF Trainer counts them (``trainer.py`` ``_inner_training_loop``:
-    ``len(dataloader) // gradient_accumulation_steps`` updates an epoch, at least 1, times the epochs, rounded up;
+    """Optimizer steps of the run, as the HF Trainer counts them (``trainer.py`` ``set_initial_training_values``:
+    ``len(dataloader) / gradient_accumulation_steps`` updates an epoch rounded up, at least 1, times the epochs,
+    rounded up;
     ``max_steps`` > 0 wins). The dataloader of one rank has ceil(samples / world_size / micro) batches
     (``DistributedSampler`` pads to a multiple of the world size)."""
     max_steps, source = _int_setting(plan, "max_steps")
@@ -275,14 +319,17 @@ def steps_of(plan: Plan, samples: int | None, world_size: int, micro: int, accum
         return max_steps, f"max_steps {max_steps} ({source})"
     if not samples:
         return None, "no sample count (the data file is not readable here, and no max_steps): give --samples N"
-    epochs = plan.settings.value("epochs", 3.0)
+    epochs = plan.settings.value("epochs", trainer_defaults().get("num_train_epochs", 3.0))
     if not isinstance(epochs, (int, float)) or isinstance(epochs, bool) or epochs <= 0:
         epochs = 3.0
     batches = math.ceil(math.ceil(samples / world_size) / micro)
-    per_epoch = max(batches // accum, 1)
+    per_epoch = max(math.ceil(batches / accum), 1)  # transformers/trainer.py set_initial_training_values (5.x)
     steps = math.ceil(per_epoch * epochs)
+    packed = next((k for k in ("packing", "sample_packing", "neat_packing") if as_bool(plan.settings.value(k))), None)
+    note = (f"; {packed} on: samples are packed into sequences, so the real count of steps is lower"
+            if packed else "")
     return steps, (f"{samples:,} samples / ({world_size} ranks x micro batch {micro}) = {batches:,} batches a rank, "
-                   f"/ {accum} accumulation = {per_epoch:,} steps an epoch, x {epochs:g} epochs")
+                   f"/ {accum} accumulation = {per_epoch:,} steps an epoch (rounded up), x {epochs:g} epochs{note}")
 
 
 def human_seconds(seconds: float) -> str:
@@ -306,13 +353,23 @@ def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], d
 
     if not files:
         return [], {}
+    stage = plan.settings.value("stage")
+    if isinstance(stage, str) and stage.lower() not in ("sft", ""):  # LLaMA-Factory's pt, rm, ppo, dpo, kto
+        return [rules.PRE002.finding(f"data: not audited: stage {stage} ({plan.settings.get('stage').source}); the "
+                                     "audit reads instruction/answer (SFT) records", severity="info",
+                                     title="[data] not run for this stage")], {}
     seq_len, _ = seq_len_of(plan)
     if seq_len is None:
         return [rules.PRE002.finding("data: not audited: no sequence length on the line, in its config or in the "
                                      "script's literals", title="[data] not run",
                                      fix="Give it: --set cutoff_len=N (or max_seq_length=N)")], {}
     micro, _ = _int_setting(plan, "micro_batch")
+    if plan.deepspeed_has("train_micro_batch_size_per_gpu"):
+        from dsdoctor.preflight.plan import loaded_json
+
+        micro = loaded_json(plan.deepspeed)["train_micro_batch_size_per_gpu"]
     workers, _ = _int_setting(plan, "preprocessing_num_workers")
+    limit, _ = _int_setting(plan, "max_samples")  # LLaMA-Factory keeps the first max_samples of each dataset
     timeout, _ = _int_setting(plan, "ddp_timeout")
     model = plan.settings.value("model")
     template = plan.settings.value("template")
@@ -331,7 +388,7 @@ def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], d
             if tokenizer is None:
                 tokenizer, what = data_audit.load_tokenizer(model if isinstance(model, str) else None)
             result = data_audit.audit(path, None, seq_len, template, micro or 1, tokenizer=tokenizer,
-                                      truncation=truncation)
+                                      truncation=truncation, limit=limit)
             result.tokenizer = what
         except DsdoctorError as exc:
             findings.append(rules.PRE002.finding(f"data: {exc}", title="[data] not run"))
