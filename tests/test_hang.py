@@ -463,13 +463,17 @@ def test_a_rank_pid_alone_finds_its_job_and_a_stopped_rank_is_named(job):
 def test_a_rank_started_as_python_script_is_found(tmp_path):
     """`RANK=0 ... python train.py` (no -u: mpirun, srun, a launcher of one's own) was not taken for a rank."""
     script = tmp_path / "plain.py"
-    script.write_text("import time\nimport torch\ntime.sleep(60)\n")
+    ready = tmp_path / "ready"
+    script.write_text(f"import pathlib, time\nimport torch\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)\n")
     proc = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, RANK="0", LOCAL_RANK="0",
                                                                         WORLD_SIZE="1"))
     try:
-        deadline = time.monotonic() + 60  # until torch is loaded: a process without it is no rank
-        while time.monotonic() < deadline and "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text():
+        # until torch is imported and the script sleeps: libtorch mapped while the import still runs was snapshotted
+        # busy (HANG904) on a fresh clone's run
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ready.exists():
             time.sleep(0.2)
+        time.sleep(0.3)
         code, data, result = hang("--pid", str(proc.pid), "--interval", "0")
         assert code in (0, 1), result.output
         assert data["result"]["ranks"][0]["rank"] == 0
