@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dsdoctor.reference_train.sft_data import CHATGLM_TEMPLATE
 from dsdoctor.report import DsdoctorError, Finding
 
-CHATGLM_TEMPLATE = "问：{instruction}\n答："  # reference_train/train.py: the ChatGLM-6B prompt style of the tutorials
 ALPACA_TEMPLATE = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
                    "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")  # tatsu-lab/stanford_alpaca
 #: torch's default collective timeout for NCCL process groups (torch/distributed/constants.py

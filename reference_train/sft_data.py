@@ -20,6 +20,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+#: the ChatGLM-6B prompt style the tutorials use (train.py's default template; dsdoctor's data audit reads it here,
+#: without torch)
+CHATGLM_TEMPLATE = "问：{instruction}\n答："
 #: ShareGPT's speaker names -> chat roles
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
                   "chatgpt": "assistant", "bing": "assistant", "bard": "assistant"}

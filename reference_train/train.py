@@ -37,12 +37,11 @@ from pathlib import Path
 import torch
 
 if __package__:  # imported as dsdoctor.reference_train.train
-    from .sft_data import DataProblems, read_records
+    from .sft_data import CHATGLM_TEMPLATE, DataProblems, read_records
 else:  # run as a script (torchrun train.py): its own directory is on sys.path
-    from sft_data import DataProblems, read_records
+    from sft_data import CHATGLM_TEMPLATE, DataProblems, read_records
 
 IGNORE_INDEX = -100  # labels with this value add nothing to the loss (torch.nn.CrossEntropyLoss default)
-CHATGLM_TEMPLATE = "问：{instruction}\n答："  # the ChatGLM-6B prompt style the tutorials use
 ASSETS = Path(__file__).resolve().parent / "assets"
 DEFAULT_MODEL = ASSETS / "tiny-model"
 DEFAULT_DATA = ASSETS / "data" / "sft.jsonl"

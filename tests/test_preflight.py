@@ -76,7 +76,6 @@ TUTORIAL_LINES = [
 
 @pytest.mark.parametrize("line,launcher,options,script,env", TUTORIAL_LINES)
 def test_the_tutorials_launch_lines_as_printed(line, launcher, options, script, env):
-    assert line.replace("\\\n", "").split()[-1] in (script, "-50", "./output/checkpoint-1500")
     launch = parse_launch([line])
     assert (launch.launcher, launch.options, launch.script, launch.env) == (launcher, options, script, env)
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from dsdoctor.cli import report_command
-from dsdoctor.files import shown
 from dsdoctor.report import DsdoctorError, Report
 
 

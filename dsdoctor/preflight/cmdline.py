@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -456,8 +455,6 @@ def _substitute(text: str, variables: dict) -> str:
             return variables[name]
         if m.group(2) is not None:
             return m.group(2)
-        if name in os.environ and name in ("HOME", "USER", "PWD"):
-            return m.group(0)
-        return m.group(0)
+        return m.group(0)  # not set in the text: unknown here, left as written
 
     return _VAR.sub(value, text)

@@ -2,7 +2,7 @@
 
 Both tutorials' scripts hard-code their setup: ``TrainingArguments(per_device_train_batch_size=4, ...,
 deepspeed="./ds_config.json")``, ``LoraConfig(r=8, target_modules=["query_key_value"])``,
-``AutoModel.from_pretrained("THUDM/chatglm-6b", torch_dtype=torch.bfloat16)``,
+``AutoModel.from_pretrained(<model id>, torch_dtype=torch.bfloat16)`` (read as text: nothing is loaded),
 ``deepspeed.initialize(..., config="ds_config.json")``. Scripts that take flags declare their defaults in
 ``argparse`` (``add_argument("--lora_rank", default=8)``) or in ``HfArgumentParser`` dataclasses
 (``model_name_or_path: str = field(default="...")``): those are read as defaults, below what the line gives.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dsdoctor.preflight.plan import Plan
 from dsdoctor.preflight.settings import as_bool
-from dsdoctor.report import DsdoctorError, Finding, Report
+from dsdoctor.report import DsdoctorError, Finding
 
 #: dsdoctor's name -> the TrainingArguments field it is (for a tool that names it otherwise: axolotl's
 #: micro_batch_size and num_epochs)
@@ -514,7 +514,7 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
         finding = Finding(**{k: f[k] for k in ("id", "severity", "title", "evidence", "fix", "source")})
         if finding.id in TREND_RULES and finding.severity == "warning":  # a trend needs a run, not a probe
             finding = Finding(finding.id, "info", finding.title + f" (a probe of {steps} steps is too short to "
-                              "judge a trend)", finding.evidence, f"Judge it with `dsdoctor smoke --steps 100`. "
+                              "judge a trend)", finding.evidence, "Judge it with `dsdoctor smoke --steps 100`. "
                               + finding.fix, finding.source)
         findings.append(_titled(finding, "probe"))
     return findings, result
