@@ -19,6 +19,6 @@ cp /tmp/eta_probe/smoke/metrics/rank0.jsonl $OUT/probe.metrics.jsonl 2>/dev/null
 START=$(date +%s.%N)
 timeout 400 dsdoctor smoke --model $M --data $D --deepspeed $CFG --seq-len 1024 --steps 200 --nproc 1 --no-verify \
   --launcher deepspeed --out /tmp/eta_real --json $OUT/real_smoke.json > /dev/null 2> /tmp/eta_real.stderr
-echo "real exit $? wall $(echo "$(date +%s.%N) - $START" | bc)"; tail -c 800 /tmp/eta_real.stderr
+echo "real exit $? wall $(python3 -c "import time; print(round(time.time() - $START, 1))")"; tail -c 800 /tmp/eta_real.stderr
 cp /tmp/eta_real/metrics/rank0.jsonl $OUT/real.metrics.jsonl 2>/dev/null
 python3 benchmarks/eta_report.py $OUT | tee $OUT/eta-report.md
