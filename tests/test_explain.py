@@ -967,6 +967,24 @@ def test_no_real_thread_with_a_failure_is_answered_exit_0(case):
     assert not r["exit0"], r
 
 
+def test_the_thread_scorer_accepts_evidence_that_points_at_the_line_the_collector_quoted():
+    """benchmarks/explain_threads.py's evidence check: explain restates a pydantic block (cases/threads/p-02's form);
+    the collector quoted the raw, wrapped lines. The line the evidence cites holds them; another line does not."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from explain_threads import evidence_holds
+
+    log = ("[INFO] starting\nTraceback (most recent call last):\n  ...\npydantic_core._pydantic_core.ValidationError: "
+           "1 validation error for DeepSpeedBF16Config\nloss_scale_window\n  Extra inputs are not permitted "
+           "[type=extra_forbidden]\n")
+    want = "1 validation error for DeepSpeedBF16Config\nloss_scale_window\n  Extra inputs are not permitted"
+    said = "line 4: 1 validation error for DeepSpeedBF16Config: loss_scale_window = 100 (int): Extra inputs are not"
+    assert evidence_holds(want, said, log)
+    assert not evidence_holds(want, said.replace("line 4", "line 1"), log)
+    assert not evidence_holds("Current loss scale already at minimum", said, log)
+    assert evidence_holds("loss_scale_window", said, "")  # in the evidence itself
+    assert evidence_holds(None, "", "")
+
+
 def test_a_traceback_tail_pasted_alone_is_a_failure_named_by_its_innermost_frame():
     """A reporter pasted two lines of a traceback (LLaMA-Factory #4xxx's form, cases/threads/b-05): no exception line,
     yet a failure (never LOG800, exit 0), and its origin is the frame's package, file and function."""
