@@ -1220,3 +1220,61 @@ def test_an_option_the_shell_ran_as_a_command():
            "with return code = 2\nscript/train/finetune.sh: 25: --output_dir: not found\n")
     findings, _ = explain(log)
     assert findings[0].id == "PRE017" and "--output_dir" in findings[0].evidence
+
+
+# --- held-out-8's kinds (cases/threads/q-*), each in a form of its own: the log as another user would paste it -----
+
+def test_a_pydantic_block_pasted_on_one_line_names_each_field_and_a_section_put_inside_another():
+    """pydantic 1's block joined on its header's line (an issue title; DeepSpeed #2721's form): the field, its
+    message and type are read off that line; ``aio`` is one of DeepSpeed's top-level sections (the shipped schema),
+    so the fix says to move it out, not that it is misspelled."""
+    log = ("pydantic.error_wrappers.ValidationError: 2 validation errors for DeepSpeedZeroConfig aio extra fields "
+           "not permitted (type=value_error.extra) stage3_gather_fp16_weights extra fields not permitted "
+           "(type=value_error.extra)\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "DS131" and findings[0].severity == "error"
+    assert "aio: extra fields not permitted [DS131]" in findings[0].evidence
+    assert "stage3_gather_fp16_weights: extra fields not permitted [DS131]" in findings[0].evidence
+    assert findings[0].fix.startswith("'aio' is a top-level section of the DeepSpeed config")
+    assert "stage3_gather_fp16_weights'" not in findings[0].fix.split(":")[0]
+
+
+def test_a_log_that_ends_in_a_jit_op_build_is_a_hang_there_not_no_failure():
+    """Two ranks' last lines are torch's 'Using ROOT as PyTorch extensions root...' and nothing came after
+    (OpenRLHF #208's form): ENV329, an error (exit 1), with the lock under that root; a build that finished is not."""
+    root = "/home/user/.cache/torch_extensions/py311_cu121"
+    log = (f"[rank0]: Installed CUDA version 12.1 matches\nUsing {root} as PyTorch extensions root...\n"
+           f"Using {root} as PyTorch extensions root...\n")
+    findings, result = explain(log)
+    assert findings[0].id == "ENV329" and findings[0].severity == "error"
+    assert f"lock: {root}/*/lock" in findings[0].evidence and f"rm {root}/*/lock" in findings[0].fix
+    assert result["first_failure"]["signature"] == "ends-in-build"
+    done = log + "Loading extension module fused_adam...\nTime to load fused_adam op: 0.5 seconds\n"
+    assert explain(done)[0][0].id != "ENV329"
+
+
+def test_a_printed_state_dict_of_empty_tensors_is_zero3_saving_placeholders():
+    """A reporter printed the shapes of a saved ZeRO-3 state dict (chatglm_finetuning #212's form): every weight
+    torch.Size([0]) is DS142, whose fix now names zero_to_fp32.py for weights already saved."""
+    log = "".join(f"model.layers.{i}.self_attn.q_proj.weight torch.Size([0])\n" for i in range(3))
+    findings, _ = explain(log)
+    assert findings[0].id == "DS142" and "line 1" in findings[0].evidence
+    assert "zero_to_fp32.py" in findings[0].fix
+    assert explain("model.layers.0.self_attn.q_proj.weight torch.Size([4096, 4096])\n")[0][0].id == "LOG800"
+
+
+def test_a_store_timeout_for_rank_0s_nccl_unique_id_is_rank_0_late_for_the_first_collective():
+    """torch's ProcessGroupNCCL message when a rank's first collective waits for rank 0's ncclUniqueId in the
+    store (the Finetune-ChatGLM2-6B #13 form, torch 2.0's 'retreiving' spelling): DATA707, an error; the log's
+    own tokenizing line before it is cited; libtorch's 'Exception raised from' alone is a failure, never exit 0."""
+    log = ("Running tokenizer on train dataset:  41%|████      | 950000/2300000\n"
+           "RuntimeError: [3] is setting up NCCL communicator and retreiving ncclUniqueId from [0] via c10d key-value "
+           "store by key '0', but store->get('0') got error: Socket Timeout\n"
+           "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "DATA707" and findings[0].severity == "error"
+    assert "rank 3 waited for rank 0's NCCL unique id" in findings[0].evidence
+    assert "before it, line 1: Running tokenizer on train dataset" in findings[0].evidence
+    assert findings[0].title.startswith("rank 0 was late for the first collective")
+    only = "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)\n"
+    assert explain(only)[0][0].id == "LOG810"

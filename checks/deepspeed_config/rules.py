@@ -307,8 +307,10 @@ DS142 = rule(
         "partitioned tensors (a few hundred MB for a 33B model, an adapter of empty tensors); only "
         "zero_to_fp32.py on the checkpoint recovers them.",
     fix='Set "stage3_gather_16bit_weights_on_model_save": true; or gather with '
-        "engine._zero3_consolidated_16bit_state_dict() on every rank before save_pretrained.",
-    source="deepspeed/runtime/engine.py save_16bit_model; transformers PR 25817")
+        "engine._zero3_consolidated_16bit_state_dict() on every rank before save_pretrained. Weights already "
+        "saved empty: recover them from the ZeRO checkpoint with the zero_to_fp32.py DeepSpeed writes into it "
+        "(python zero_to_fp32.py CHECKPOINT_DIR OUTPUT_DIR).",
+    source="deepspeed/runtime/engine.py save_16bit_model; deepspeed/utils/zero_to_fp32.py; transformers PR 25817")
 DS143 = rule(
     "DS143", "warning", 'offload device "auto" (silently no offload)',
     what='offload_optimizer.device or offload_param.device is "auto" and the config goes to '

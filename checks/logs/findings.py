@@ -227,7 +227,7 @@ def finished(lines: list[Line], matches: list[Match]) -> bool:
 
 #: torch's JIT builder (torch/utils/cpp_extension.py _get_build_directory, _jit_compile, _write_ninja_file_and_build_
 #: library) and DeepSpeed's op builder (deepspeed/ops/op_builder/builder.py jit_load; comm/torch.py build_shm_op)
-BUILD_ROOT = re.compile(r"Using (\S{1,500}) as PyTorch extensions root\.\.\.")
+BUILD_ROOT = re.compile(r"Using\s{1,3}(\S{1,500}) as PyTorch extensions root\.\.\.")
 BUILD_STEP = re.compile(r"Creating extension directory (?P<dir>\S{1,500})\.\.\.|Emitting ninja build file "
                         r"(?P<file>\S{1,500})\.\.\.|Building extension module (?P<op>\w{1,100})\.\.\.")
 BUILD_DONE = re.compile(r"Loading extension module \w{1,100}\.\.\.|Time to load \w{1,100} op:|"
@@ -298,12 +298,27 @@ def _describe_build(match: Match, lines: list[Line]) -> tuple[str, str]:
         evidence = (f"a JIT op build{' of ' + build['op'] if build['op'] else ''} started "
                     f"({match.line.text.strip()[:200]}) and had not finished (no 'Loading extension module' after "
                     f"it) {when}; lock: {build['lock']}")
-    lock = build["lock"]
-    fix = (f"Inconclusive between a stale build lock and a build still running: a log alone cannot tell them apart. "
-           f"Check: `ls -l {lock}` and `dsdoctor env`. A lock that no running build holds (no ninja, c++ or nvcc in "
-           f"`ps -ef`) is stale: `rm {lock}`, then run again (the op is rebuilt once). A build still running finishes "
-           f"on its own: give the run more time.")
-    return _where(match) + evidence, fix
+    return _where(match) + evidence, _build_fix(build["lock"])
+
+
+def _build_fix(lock: str) -> str:
+    return (f"Inconclusive between a stale build lock and a build still running: a log alone cannot tell them apart. "
+            f"Check: `ls -l {lock}` and `dsdoctor env`. A lock that no running build holds (no ninja, c++ or nvcc in "
+            f"`ps -ef`) is stale: `rm {lock}`, then run again (the op is rebuilt once). A build still running "
+            f"finishes on its own: give the run more time.")
+
+
+def ends_in_build(lines: list[Line]) -> dict | None:
+    """The JIT op build a log ends in (:func:`build_in_flight` at its end, with nothing after the build's start but
+    more of its own lines, such as the other ranks' 'Using ROOT as PyTorch extensions root...'), or None: a run
+    pasted while it hung there, waiting on torch's FileBaton lock or still compiling."""
+    build = build_in_flight(lines, len(lines))
+    if build is None or build["inferred"]:
+        return None
+    after = [ln for ln in lines[build["index"] + 1:] if ln.text.strip()]
+    if any(not (BUILD_ROOT.search(ln.text) or BUILD_STEP.search(ln.text)) for ln in after):
+        return None
+    return build
 
 
 BUILD_SIGNATURE = Signature("build-in-flight", "ENV329", (), BUILD_ROOT, _describe_build)
@@ -354,6 +369,18 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
               "skipped_lines": [skipped[0] + 1, skipped[0] + skipped[1]] if skipped else None}
     first, others = failures(matches, lines)
     if first is None:
+        build = ends_in_build(lines)
+        if build is not None:
+            line = lines[build["index"]]
+            result.update(first_failure={"rule": "ENV329", "signature": "ends-in-build", "line": line.number,
+                                         "rank": line.rank}, matches=[], origin=None, finished=False)
+            return [rules["ENV329"].finding(
+                _quoted(f"{line.at}: the log ends in a JIT op build{' of ' + build['op'] if build['op'] else ''}: "
+                        f"{line.text.strip()[:200]}, and nothing after it (no 'Loading extension module'): the ranks "
+                        f"hang there, waiting on a build lock, or are still compiling; lock: {build['lock']}"),
+                severity="error", fix=_build_fix(build["lock"]),
+                title="the run hangs in a JIT op build: a stale build lock or a build still running "
+                      "(inconclusive)")], result
         finding, origin = _unnamed(lines)
         result.update(first_failure=None, matches=[], origin=origin)
         return [finding], result
@@ -432,7 +459,10 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          # a traceback's tail pasted alone: a frame, or the raise or assert it quotes
                          r"^\s*File \"[^\"\n]{1,500}\", line \d{1,7}, in |(?:^|\s)raise [A-Z]\w{0,80}\(|^\s*assert\s|"
                          # argparse's refusal (its exit code 2): "train.py: error: the following arguments are ..."
-                         r"^[\w./-]{1,200}\.py: error: ")
+                         r"^[\w./-]{1,200}\.py: error: |"
+                         # libtorch's C++ exceptions (c10/util/Exception.cpp): "Exception raised from recvBytes at
+                         # ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)"
+                         r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
 

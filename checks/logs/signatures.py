@@ -255,6 +255,33 @@ def _watchdog(match: Match, lines: list[Line]) -> tuple[str, str]:
             f"{_ranks(ranks) if ranks else '?'}" + _suspects(ranks, lines), "")
 
 
+#: work rank 0 does alone before the first collective (HF datasets' map, the tutorials' tokenizing loops,
+#: LLaMA-Factory's "Running tokenizer on dataset", a download)
+RANK0_WORK = re.compile(r"Running tokenizer|[Tt]okeniz|Map(?: \(num_proc=\d+\))?:\s{0,3}\d|Downloading|"
+                        r"Generating train split|preprocess", re.I)
+
+
+def _unique_id_timeout(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    """A rank timed out in the c10d store waiting for rank ROOT's NCCL unique id: the store itself answered (the
+    network to MASTER_ADDR works), so ROOT had not reached its first collective in time. Unless ROOT's own error is
+    in the log, ROOT was busy alone: tokenizing (DATA707), downloading, or loading."""
+    g = match.groups
+    root, waiting = g.group("root"), g.group("rank") or (match.line.rank if match.line.rank is not None else "a rank")
+    busy = next((ln for ln in lines[:match.line_index] if RANK0_WORK.search(ln.text)), None)
+    evidence = (f"{_where(match)}rank {waiting} waited for rank {root}'s NCCL unique id (its first NCCL "
+                f"collective) and the store gave up ({(g.group('error') or '').strip()[:80]}): the store answered, so "
+                f"the network to it works; rank {root} had not reached its first collective in time"
+                + (f"; before it, {busy.at}: {busy.text.strip()[:160]}" if busy else
+                   "; no error of rank " + str(root) + " in this log"))
+    fix = (f"Rank {root} does work alone before the first collective: tokenizing or mapping the dataset (the HF "
+           "Trainer's main_process_first, LLaMA-Factory's 'Running tokenizer on dataset'), downloading or loading. "
+           "Tokenize once before the run and load the result, use preprocessing_num_workers, or raise the timeout "
+           "(--ddp_timeout for the HF Trainer, deepspeed.init_distributed(timeout=timedelta(hours=2))). If rank "
+           f"{root} crashed instead, its own error comes first in its log.")
+    return evidence, fix, {"title": f"rank {root} was late for the first collective: work it does alone (tokenizing "
+                                    f"the data) ran past the timeout"}
+
+
 def _gloo_timeout(match: Match, lines: list[Line]) -> tuple[str, str]:
     """gloo's timeout: the ranks whose collective timed out, and the ones that did not (the suspects)."""
     ranks = sorted({ln.rank for ln in lines if ln.rank is not None and match.signature.needles[0] in ln.text
@@ -583,6 +610,12 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("gloo-timeout", "LOG801", "Timed out waiting",
          r"gloo[^\n]{0,400}?Timed out waiting (?P<timeout>\d+)ms for (?P<op>\w{1,40}) operation", _gloo_timeout,
          "dsdoctor nccl"),
+    # ProcessGroupNCCL's broadcastUniqueNCCLID: a rank's first NCCL collective waits in the c10d store for rank 0's
+    # ncclUniqueId ("retreiving" in torch 1.x-2.0's spelling); the store answered, the key never came
+    _sig("unique-id-timeout", "DATA707", ("ncclUniqueId",),
+         r"(?:\[(?P<rank>\d{1,6})\] )?is setting up NCCL communicator and retr[ei]{2}ving ncclUniqueId from "
+         r"\[(?P<root>\d{1,6})\][^\n]{0,300}?(?:got error|failed)[:,]? (?P<error>[^\n]{0,200})", _unique_id_timeout,
+         "dsdoctor data FILE --model MODEL", caught_note="(DATA707: rank 0's tokenizing time against the timeout)"),
     _sig("port-in-use", "NET401", ("Address already in use", "address already in use", "EADDRINUSE"),
          r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:errno: 98|EADDRINUSE|[Aa]ddress already in use)",
          _first_line, "dsdoctor env", caught_note="finds MASTER_PORT busy before any rank starts (so do "
@@ -718,7 +751,10 @@ SIGNATURES: tuple[Signature, ...] = (
          _first_line, "dsdoctor smoke --model PATH --deepspeed ds_config.json --steps 100", spoils=True,
          follows=FP16_FLOOR),
     _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
-         r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)",
+         r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)|"
+         # a saved state dict printed name by name: ZeRO-3's placeholders (zero_pp_rank_*_model_states.pt, a
+         # save_pretrained without the gather) have shape [0]
+         r"(?<![\w.])[\w.]{1,300}\.(?:weight|bias)['\"]?\s{0,3}[:=,]?\s{0,3}torch\.Size\(\[0\]\)",
          _first_line, "dsdoctor check ds_config.json", spoils=True,
          caught_note="(stage3_gather_16bit_weights_on_model_save)"),
     _sig("adapter-keys-missing", "DS142", "missing adapter keys",

@@ -23,6 +23,11 @@ PYDANTIC_TYPE = re.compile(r"[\[(]type=(?P<type>[\w.]{1,60})(?:, input_value=(?P
 PYDANTIC_MORE = re.compile(r"^\s*For further information visit")
 #: fields listed at most
 MAX_FIELDS = 12
+#: a block pasted on one line (an issue title, a wrapped paste): ``1 validation error for DeepSpeedZeroConfig aio extra
+#: fields not permitted (type=value_error.extra)``: the model, then each field, its message and its type marker
+INLINE_HEADER = re.compile(r"validation errors? for (?P<model>\w{1,80})\s+(?P<rest>.+)$")
+INLINE_FIELD = re.compile(r"(?P<field>[\w.\[\]-]{1,80})\s+(?P<message>[^\[\]()]{1,200}?)\s*"
+                          r"(?P<marker>[\[(]type=[^\])]{1,300}[\])])")
 
 
 def _pydantic_rule(kind: str, field: str, value: str | None) -> str:
@@ -31,6 +36,21 @@ def _pydantic_rule(kind: str, field: str, value: str | None) -> str:
     if field.split(".")[-1] == "stage" and kind != "extra_forbidden":
         return "DS140"
     return next((rule for key, rule in PYDANTIC_RULES if key in kind), "DS199")
+
+
+def inline_errors(header: str) -> list[dict]:
+    """The fields of a pydantic block pasted on its header's line (:data:`INLINE_HEADER`), as
+    :func:`validation_errors` gives them; [] when the header line holds no field."""
+    m = INLINE_HEADER.search(header)
+    out: list[dict] = []
+    for f in INLINE_FIELD.finditer(m.group("rest") if m else ""):
+        t = PYDANTIC_TYPE.search(f.group("marker"))
+        kind, value, itype = (t.group("type"), t.group("value"), t.group("itype")) if t else ("", None, None)
+        out.append({"field": f.group("field"), "message": f.group("message").strip()[:200], "type": kind,
+                    "value": value, "input_type": itype, "rule": _pydantic_rule(kind, f.group("field"), value)})
+        if len(out) == MAX_FIELDS:
+            break
+    return out
 
 
 def validation_errors(lines: list[Line], start: int) -> list[dict]:
@@ -66,7 +86,7 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
     gives for it; when every field has the same rule (not DS199), the finding is reported under it."""
     where_ = where(match.line)
     text = match.line.text[match.groups.start():].strip()
-    fields = validation_errors(lines, match.line_index)
+    fields = inline_errors(text) or validation_errors(lines, match.line_index)
     if not fields:
         after = [ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + 20]
                  if ln.rank == match.line.rank][:2]
@@ -82,12 +102,30 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
              "DS199": "correct each field as pydantic's message says"}
     fix = "; ".join(dict.fromkeys(fixes[f["rule"]] for f in fields)) + ". `dsdoctor check ds_config.json` names " \
         "every one before launch."
+    top = _misplaced_top_level(fields)
+    if top:
+        fix = (f"{', '.join(repr(k) for k in top)} {'is a top-level section' if len(top) == 1 else 'are top-level sections'}"
+               f" of the DeepSpeed config, not a key of the section that refused it: move it out to the top level. "
+               + fix[0].upper() + fix[1:])
     since = _float_refused_since() if any(f["type"] == "int_from_float" for f in fields) else ""
     rules = {f["rule"] for f in fields}
     # every field for one rule of check's: the finding is that rule's (a float for an int field is DS137)
     extra = {"rule": rules.pop()} if len(rules) == 1 and "DS199" not in rules else \
         {"title": "DeepSpeed's config models refused the config (each field's rule in the evidence)"}
     return where_ + text[:200] + ": " + shown[:900] + since, fix[0].upper() + fix[1:], extra
+
+
+def _misplaced_top_level(fields: list[dict]) -> list[str]:
+    """The extra fields (DS131) that are top-level keys of the DeepSpeed config (the shipped schema, generated from
+    DeepSpeed's ``runtime/config.py``): a section put inside another one, such as ``aio`` inside
+    ``zero_optimization``."""
+    from dsdoctor.checks.deepspeed_config.schema import load_schema
+
+    try:
+        top = set(load_schema()[0]["top_level"])
+    except (OSError, ValueError, KeyError):
+        return []
+    return [f["field"] for f in fields if f["rule"] == "DS131" and f["field"] in top]
 
 
 def pydantic_versions() -> tuple[list[str], list[str]]:
