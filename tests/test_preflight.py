@@ -223,7 +223,13 @@ def test_llamafactory_qwen3_lora_ds3_example(tmp_path):
     assert inputs["grad_ckpt"]["value"] is True  # LLaMA-Factory's own default (disable_gradient_checkpointing)
     assert result["estimate"]["setup"]["lora_targets"] == ["all-linear"]
     # the "auto" values are the Trainer's to fill (HF202), not an error of the engine loop
-    assert "DS100" in [f["id"] for f in report["findings"]]
+    ids = [f["id"] for f in report["findings"]]
+    assert "HF202" in ids and not [f for f in report["findings"] if f["id"].startswith("DS")
+                                   and f["severity"] in ("error", "warning")]
+    # the YAML's warmup_ratio goes to TrainingArguments, which transformers 5.2 and later lack: which transformers
+    # LLaMA-Factory runs with is its own pin, so a warning (a plain script's line is judged by the installed one)
+    hf205 = [f for f in report["findings"] if f["id"] == "HF205" and f["evidence"].startswith("warmup_ratio: 0.1;")]
+    assert len(hf205) == 1 and hf205[0]["severity"] == "warning"
     # 20 + 10 samples (max_samples 1000 caps neither) / (4 x 1) = 8 batches a rank, // 2 = 4 steps, x 3 epochs
     assert result["data"]["samples"] == 30 and result["eta"]["steps"] == 12
 
@@ -395,3 +401,32 @@ def test_qlora_memory_is_an_upper_bound_not_a_no_go(tmp_path):
     code, report, _ = preflight("--gpus", "2", "--gpu", "RTX-4090", "--", "axolotl", "train", "q.yml", cwd=tmp_path)
     assert not [f for f in report["findings"] if f["id"].startswith("MEM") and f["severity"] == "error"]
     assert any(f["id"] == "PRE002" and "quantized" in f["evidence"] for f in report["findings"])
+
+
+def test_a_scripts_trainingarguments_are_judged_by_the_transformers_installed_where_the_line_runs(tmp_path):
+    """A new user's trial: the Trainer tutorial's script with TrainingArguments(warmup_ratio=0.1) was GO although
+    TrainingArguments() refuses warmup_ratio on transformers 5.2 and later. A plain script's line runs here, so
+    check's HF205 judges it by the installed transformers: an error where that version lacks the field."""
+    from dsdoctor.checks.deepspeed_config import installed_version
+    from dsdoctor.checks.hf_trainer import field_accepted
+
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+                                                  "zero_optimization": {"stage": 2}}))
+    (tmp_path / "train.py").write_text(
+        "from transformers import Trainer, TrainingArguments\n"
+        "args = TrainingArguments(output_dir='out', per_device_train_batch_size=2, warmup_ratio=0.1, bf16=True,\n"
+        "                         deepspeed='ds.json')\n"
+        "Trainer(model=None, args=args).train()\n")
+    code, report, err = preflight("--gpus", "2", "--gpu", "A100-80GB", "--", "torchrun", "--nproc_per_node", "2",
+                                  "train.py", cwd=tmp_path)
+    assert report is not None, err
+    version = installed_version("transformers")
+    hf205 = [f for f in report["findings"] if f["id"] == "HF205" and f["evidence"].startswith("warmup_ratio: 0.1")]
+    accepted = field_accepted("warmup_ratio", version)
+    if accepted is False:
+        assert len(hf205) == 1 and hf205[0]["severity"] == "error" and code == 1
+        assert f"with transformers {version} (installed here, where the line runs)" in hf205[0]["evidence"]
+        assert report["result"]["verdict"] == "NO-GO"
+    else:
+        assert all(f["severity"] != "error" for f in hf205)
+    assert "warmup_ratio" not in " ".join(f["evidence"] for f in report["findings"] if f["id"] == "PRE015")

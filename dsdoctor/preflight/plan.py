@@ -331,7 +331,11 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
         plan.notes.append(f"words on the line not read as settings: {' '.join(loose)[:160]}")
     _world(plan, gpus, rules)
     schema = load_schema()[0]
-    classify(settings, set((schema.get("training_arguments") or {}).get("fields", [])), launch.tool)
+    from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+    # a field of another transformers version (warmup_ratio, gone in 5.2) is read: check's HF205 judges it
+    classify(settings, set((schema.get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS),
+             launch.tool)
     ds = settings.get("deepspeed")
     if ds is not None and isinstance(ds.value, str) and ds.value.strip():
         found, how = _resolve(ds.value, workdir, script_dir)

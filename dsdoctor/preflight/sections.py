@@ -8,6 +8,7 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from dsdoctor.preflight.plan import Plan
@@ -141,18 +142,33 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
         return [rules.PRE002.finding(f"check: not run: {why}", title="[check] not run")], None
     hf = None
     if plan.kind == "trainer":
-        hf = training_arguments(plan, set((load_schema()[0].get("training_arguments") or {}).get("fields", [])))
+        from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+        # the installed transformers' fields, and those of the other versions mined (HF205: warmup_ratio, gone in 5.2)
+        fields = set((load_schema()[0].get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS)
+        hf = training_arguments(plan, fields)
     client = bool(plan.script and plan.script.client_optimizer) and plan.kind == "engine"
     try:
         report = run_check(config_path, world_size=plan.world_size, launch=plan.kind, gpu=gpu, model=model,
                            hf_values=hf, hf_label="the launch line's TrainingArguments", client_optimizer=client,
-                           gpu_cc=gpu_cc)
+                           gpu_cc=gpu_cc, transformers="installed" if hf and plan.launch.tool is None and
+                           _installed("transformers") else None)
     except DsdoctorError as exc:
         return [rules.PRE019.finding(f"check: {exc}", title="[check] the DeepSpeed config cannot be read")], None
     finally:
         if temporary is not None:
             Path(temporary.name).unlink(missing_ok=True)
-    return [_titled(f, "check") for f in report.findings], report.result
+    # a script's line runs here, with the transformers installed here (HF205 judges its TrainingArguments by it); a
+    # tool (LLaMA-Factory, axolotl) may pin another: the version stays unknown there
+    here = [replace(f, evidence=f.evidence.replace("(--transformers installed)", "(installed here, where the line "
+                                                                                  "runs)")) for f in report.findings]
+    return [_titled(f, "check") for f in here], report.result
+
+
+def _installed(package: str) -> bool:
+    from dsdoctor.checks.deepspeed_config import installed_version
+
+    return bool(installed_version(package))
 
 
 def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = None,
