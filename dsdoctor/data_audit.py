@@ -337,8 +337,11 @@ def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_
 
     out = []
     if result.malformed:
-        out.append(rules.DATA702.finding(f"{name}: {len(result.malformed)} malformed: "
-                                         + "; ".join(result.malformed[:5])))
+        rest = result.malformed[5:]
+        out.append(rules.DATA702.finding(
+            f"{name}: {len(result.malformed)} malformed: " + "; ".join(result.malformed[:5])
+            + (f"; and {len(rest)} more: " + ", ".join(m.split(":")[0] for m in rest[:20])
+               + (" ..." if len(rest) > 20 else "") if rest else "")))
     if not result.records:
         out.append(rules.DATA702.finding(f"{name}: no samples (the file is empty or holds only blank lines)",
                                          title="No samples"))
@@ -382,11 +385,12 @@ def findings(result: Audit, name: str, seq_len: int, world_size: int = 1, micro_
             severity="warning" if p["fixed_waste"] > 0.5 and micro_batch > 1 else "info"))
     if result.tokenized:
         per_sample = result.tokenize_s_per_sample
-        total = per_sample * result.records / max(workers, 1)
+        readable = result.records - len(result.malformed)  # what the run tokenizes (a malformed line stops it)
+        total = per_sample * readable / max(workers, 1)
         limit = timeout_s or DEFAULT_TIMEOUT_S
         severity = "error" if total > limit else "warning" if total > limit / 2 else "ok"
         out.append(rules.DATA707.finding(
-            f"{name}: tokenizing {result.records:,} samples takes about {total:,.0f} s on rank 0 here "
+            f"{name}: tokenizing {readable:,} samples takes about {total:,.0f} s on rank 0 here "
             f"({per_sample * 1e6:.0f} µs a sample over {result.tokenized:,} timed, {max(workers, 1)} worker(s)); "
             f"the collective timeout is {limit:,.0f} s" + ("" if timeout_s else " (torch's and HF's default)"),
             severity=severity, title="Tokenizing before training runs past the collective timeout"

@@ -160,3 +160,18 @@ def test_max_samples_keeps_the_first_records_only(tmp_path):
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     assert data_audit.audit(tmp_path / "d.jsonl", None, 64, "chatglm").empty == ["line 6"]
     assert data_audit.audit(tmp_path / "d.jsonl", None, 64, "chatglm", limit=5).empty == []
+
+
+def test_every_malformed_line_is_named_and_the_tokenizing_count_leaves_them_out(tmp_path):
+    """A new user's trial: "6 malformed" listed five lines. Past five, the rest are named by line; DATA707 counts
+    the samples the run tokenizes (a malformed line stops it), not every line."""
+    good = [json.dumps({"instruction": f"q{i}", "input": "", "output": f"a{i}"}) for i in range(4)]
+    bad = ['{"instruction": "x"}', "[1, 2]", '"just a string"', "{not json", '{"output": "y"}', "7", "null"]
+    (tmp_path / "d.jsonl").write_text("\n".join(good + bad) + "\n")
+    code, report, err = data(str(tmp_path / "d.jsonl"), "--seq-len", "64")
+    assert report is not None, err
+    d702 = [f for f in report["findings"] if f["id"] == "DATA702"][0]
+    assert d702["evidence"].startswith("d.jsonl: 7 malformed: line 5: ")
+    assert d702["evidence"].endswith("; and 2 more: line 10, line 11")
+    d707 = [f for f in report["findings"] if f["id"] == "DATA707"][0]
+    assert "tokenizing 4 samples" in d707["evidence"]

@@ -430,3 +430,56 @@ def test_a_scripts_trainingarguments_are_judged_by_the_transformers_installed_wh
     else:
         assert all(f["severity"] != "error" for f in hf205)
     assert "warmup_ratio" not in " ".join(f["evidence"] for f in report["findings"] if f["id"] == "PRE015")
+
+
+def test_preflights_own_bad_options_are_usage_errors_and_a_broken_model_directory_blocks(tmp_path):
+    """A new user's trial: --gpu FooGPU, --gpu-mem -5 became a warning ("[check] the DeepSpeed config cannot be
+    read"); a model directory whose config.json is broken was GO. Now: exit 2 with one line for the options, as
+    estimate does; PRE019 (blocking) for the model, named as the model, not as the DeepSpeed config."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization":
+                                                  {"stage": 2}, "bf16": {"enabled": True}}))
+    (tmp_path / "train.py").write_text("import deepspeed\n")
+    line = ["--", "deepspeed", "--num_gpus", "2", "train.py", "--deepspeed", "ds.json"]
+    for option in (["--gpu", "FooGPU"], ["--gpu-mem", "-5"], ["--gpu-mem", "abc"]):
+        proc = subprocess.run([sys.executable, "-m", "dsdoctor", "preflight", *option, *line], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and option[0] in proc.stderr, (option, proc.stderr)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
+    code, report, err = preflight("--gpu", "A100-80GB", *line, "--model_name_or_path", "model", cwd=tmp_path)
+    assert report is not None, err
+    assert code == 1 and report["result"]["verdict"] == "NO-GO"
+    blocking = [f for f in report["findings"] if f["id"] == "PRE019"]
+    assert [f["title"] for f in blocking] == ["[estimate] the model cannot be read"]
+    assert not [f for f in report["findings"] if "DeepSpeed config cannot be read" in f["title"]]
+
+
+def test_a_script_that_pads_each_batch_dynamically_is_not_told_to_pad_dynamically(tmp_path):
+    """A new user's trial: the Trainer tutorial's script pads with DataCollatorForSeq2Seq(padding=True), yet DATA706
+    warned that padding every sample to the sequence length wastes most tokens. The collator is read off the script;
+    a tokenizer call with padding='max_length' still gets DATA706."""
+    from dsdoctor.preflight.script import read_script
+
+    rows = [{"instruction": "q" * (i % 7 + 1), "input": "", "output": "a"} for i in range(40)]
+    (tmp_path / "train.json").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "zero_optimization":
+                                                  {"stage": 2}}))
+    body = ("from transformers import Trainer, TrainingArguments, DataCollatorForSeq2Seq\n"
+            "from datasets import load_dataset\n"
+            "data = load_dataset('json', data_files='train.json')\n"
+            "args = TrainingArguments(output_dir='o', per_device_train_batch_size=4, deepspeed='ds.json')\n"
+            "{call}\n"
+            "Trainer(model=None, args=args, data_collator=collator).train()\n")
+    verdicts = {}
+    for name, call in (("dynamic", "collator = DataCollatorForSeq2Seq(tok, padding=True)"),
+                       ("fixed", "collator = None\nids = tok('x', truncation=True, max_length=512, "
+                                 "padding='max_length')")):
+        (tmp_path / "train.py").write_text(body.format(call=call))
+        assert read_script(tmp_path / "train.py").values["padding"][0] == ("dynamic" if name == "dynamic"
+                                                                           else "max_length")
+        code, report, err = preflight("--gpus", "2", "--gpu", "A100-80GB", "--set", "model_name_or_path=qwen3-0.6b",
+                                      "--set", "max_seq_length=512", "--", "torchrun", "--nproc_per_node", "2",
+                                      "train.py", cwd=tmp_path)
+        assert report is not None, err
+        verdicts[name] = [f for f in report["findings"] if f["id"] == "DATA706"]
+    assert verdicts["dynamic"] == [] and len(verdicts["fixed"]) == 1

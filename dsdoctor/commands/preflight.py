@@ -259,5 +259,9 @@ def preflight(command, sets, workdir, gpus, gpu, gpu_cc, gpu_mem, samples, probe
     if command[0].startswith("-") and len(command[0]) > 1:
         raise DsdoctorError(f"no such option: {command[0][:40]} (preflight's options go before `--`; "
                             "see `dsdoctor preflight --help`)")
+    if gpu or gpu_mem or gpu_cc:  # preflight's own options: a bad one is a usage error (exit 2), as in estimate
+        from dsdoctor.commands.estimate.inputs import resolve_hardware
+
+        resolve_hardware(gpu_mem, gpus, gpu, gpu_cc)
     return run_preflight(list(command), _parse_sets(sets), workdir, gpus, gpu, samples, audit_data=not no_data,
                          probe_steps=probe_steps if probe else 0, out=out, gpu_cc=gpu_cc, gpu_mem=gpu_mem)

@@ -205,6 +205,11 @@ def arch_of_config(config: dict, name: str, source: str) -> Arch:
 
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
+        if isinstance(config.get("auto_map"), dict):  # a remote-code repository's config
+            named = ", ".join(str(v) for v in list(config["auto_map"].values())[:2])
+            raise DsdoctorError(f"{source}: config.json has no model_type; its auto_map names the repository's own "
+                                f"modeling code ({named}), which dsdoctor never runs (remote code), so no "
+                                "architecture can be built from it")
         raise DsdoctorError(f"{source}: config.json has no model_type, so no architecture can be built from it")
     if not transformers_knows(model_type):
         remote = isinstance(config.get("auto_map"), dict)

@@ -29,6 +29,12 @@ PEFT_CONFIGS = {"LoraConfig": "lora", "AdaLoraConfig": "lora", "PrefixTuningConf
 MAX_SCRIPT_BYTES = 4 << 20
 
 
+#: transformers' collators that pad each batch to its longest sample unless told otherwise
+#: (data/data_collator.py: ``padding=True`` by default)
+DYNAMIC_COLLATORS = {"DataCollatorForSeq2Seq", "DataCollatorWithPadding", "DataCollatorForTokenClassification",
+                     "DataCollatorForLanguageModeling"}
+
+
 @dataclass
 class ScriptFacts:
     """Literal values a script sets, each with its line.
@@ -38,7 +44,8 @@ class ScriptFacts:
             ``model`` (from_pretrained's first argument), ``torch_dtype``, ``lora_rank``, ``lora_target``,
             ``lora_dropout``, ``method``, ``deepspeed`` (a path or a dict given to ``deepspeed.initialize``),
             ``gradient_checkpointing``, ``max_length`` (a tokenizer call with ``truncation=True``), ``data``
-            (``load_dataset("json", data_files=...)``).
+            (``load_dataset("json", data_files=...)``), ``padding`` ("dynamic" from one of
+            :data:`DYNAMIC_COLLATORS`, "max_length" from a tokenizer call or collator that pads every sample).
         defaults: argument name -> (default, "path:line"), from ``add_argument`` and dataclass fields.
         conditional: values set inside a branch (``if``, ``try``, a loop): shown, never used.
         launch: "trainer" when a Trainer class is used, "engine" when ``deepspeed.initialize`` is called, else None.
@@ -174,7 +181,15 @@ class _Reader(ast.NodeVisitor):
             self.add_argument(node, keywords)
         elif name == "load_dataset" and "data_files" in keywords:
             self.set("data", self.literal(keywords["data_files"]), keywords["data_files"], "load_dataset(data_files=...)")
-        elif "max_length" in keywords and "truncation" in keywords and self.literal(keywords["truncation"]) is True:
+        elif name in DYNAMIC_COLLATORS:
+            padding = self.literal(keywords["padding"]) if "padding" in keywords else True
+            if padding is not _UNREAD:
+                self.set("padding", "max_length" if padding in ("max_length", "MAX_LENGTH") else "dynamic"
+                         if padding in (True, "longest", "LONGEST") else "none", node, f"{name}(padding=...)")
+        if name not in DYNAMIC_COLLATORS and "padding" in keywords and \
+                self.literal(keywords["padding"]) in ("max_length", "MAX_LENGTH"):  # a tokenizer call pads each sample
+            self.set("padding", "max_length", keywords["padding"], f"{dotted or 'call'}(padding='max_length')")
+        if "max_length" in keywords and "truncation" in keywords and self.literal(keywords["truncation"]) is True:
             self.set("max_length", self.literal(keywords["max_length"]), keywords["max_length"],
                      f"{dotted or 'call'}(truncation=True, max_length=...)")
         self.generic_visit(node)

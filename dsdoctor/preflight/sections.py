@@ -51,6 +51,23 @@ def trainer_defaults() -> dict:
     return (load_schema()[0].get("training_arguments") or {}).get("defaults") or {}
 
 
+def padding_of(plan: Plan) -> tuple[str | None, str]:
+    """How the run pads its batches, and what says so: "dynamic" (each micro batch to its longest sample) or
+    "max_length" (every sample to the sequence length), or None when nothing says. The script's collator or tokenizer
+    call (:data:`dsdoctor.preflight.script.DYNAMIC_COLLATORS`); LLaMA-Factory pads dynamically (its
+    SFTDataCollatorWith4DAttentionMask, a DataCollatorForSeq2Seq); axolotl only with ``pad_to_sequence_len: false``."""
+    said = plan.settings.get("padding")
+    if said is not None and said.value in ("dynamic", "max_length"):
+        return said.value, said.source
+    if plan.launch.tool == "llamafactory":
+        return "dynamic", "LLaMA-Factory's collator (DataCollatorForSeq2Seq)"
+    if plan.launch.tool == "axolotl":
+        pad = plan.settings.get("pad_to_sequence_len")
+        if pad is not None and as_bool(pad.value) is not None:
+            return ("max_length" if as_bool(pad.value) else "dynamic"), pad.source
+    return None, ""
+
+
 def quantized_base(plan: Plan) -> str:
     """What says the base model is loaded in 4 or 8 bits (QLoRA), or "": axolotl's ``adapter: qlora`` /
     ``load_in_4bit``, LLaMA-Factory's ``quantization_bit``, ``from_pretrained(load_in_4bit=True)``."""
@@ -154,7 +171,12 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
                            gpu_cc=gpu_cc, transformers="installed" if hf and plan.launch.tool is None and
                            _installed("transformers") else None)
     except DsdoctorError as exc:
-        return [rules.PRE019.finding(f"check: {exc}", title="[check] the DeepSpeed config cannot be read")], None
+        if Path(config_path).name in str(exc):  # the config file itself
+            return [rules.PRE019.finding(f"check: {exc}", title="[check] the DeepSpeed config cannot be read")], None
+        # another input check takes (the model's config.json, a model name): named as it is, not as the config
+        return [rules.PRE002.finding(f"check: not run: {exc}", title="[check] not run",
+                                     fix="Correct what the evidence names (the [estimate] section says the same of "
+                                         "the model).")], None
     finally:
         if temporary is not None:
             Path(temporary.name).unlink(missing_ok=True)
@@ -257,6 +279,13 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
             plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
             launch="trainer" if plan.kind == "trainer" else "engine")
     except DsdoctorError as exc:
+        local = (plan.workdir / Path(model.value).expanduser())
+        if local.exists() and "remote code" not in str(exc):
+            # a model directory that is there but cannot be read (its config.json broken or missing, a model_type
+            # the installed transformers does not know): from_pretrained stops the run there too
+            return [rules.PRE019.finding(f"estimate: {exc}", title="[estimate] the model cannot be read",
+                                         fix="Fix the model directory: from_pretrained reads its config.json the "
+                                             "same way (python -m json.tool MODEL/config.json).")], None, inputs
         return [rules.PRE002.finding(f"estimate: {exc}", title="[estimate] not run")], None, inputs
     findings = [_titled(f, "estimate") for f in report.findings]
     quantized = quantized_base(plan)
@@ -395,6 +424,7 @@ def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], d
     # processor_utils.py infer_seqlen), axolotl drops the samples that are too long; else the reference trainer's way
     truncation = {"llamafactory": "llamafactory", "axolotl": "axolotl"}.get(plan.launch.tool or "", "reference")
     packed = any(as_bool(plan.settings.value(k)) for k in ("packing", "sample_packing", "neat_packing"))
+    dynamic = padding_of(plan)[0] == "dynamic"
     if isinstance(plan.settings.value("template"), str) and template == "auto" and plan.launch.tool:
         findings.append(rules.PRE002.finding(
             f"data: {plan.launch.tool}'s template {plan.settings.value('template')!r} is not modelled: tokens counted "
@@ -411,7 +441,7 @@ def data_section(plan: Plan, files: list[Path], rules) -> tuple[list[Finding], d
             continue
         findings += [_titled(f, "data") for f in data_audit.findings(
             result, path.name, seq_len, plan.world_size or 1, micro or 1, timeout, workers or 1)
-            if f.severity != "ok" and not (packed and f.id == "DATA706")]  # packed: no padding to waste
+            if f.severity != "ok" and not ((packed or dynamic) and f.id == "DATA706")]  # no fixed padding to waste
         results[str(path)] = {"records": result.records, "token_percentiles": result.percentiles,
                               "truncated_share": round(result.truncated_share, 4), "cut_away": result.cut_away[:200],
                               "tokenizer": result.tokenizer, "template": result.template, "padding": result.padding}

@@ -62,7 +62,8 @@ ALIASES = {
 }
 _ALIAS_OF = {name: key for key, names in ALIASES.items() for name in names}
 #: names :mod:`dsdoctor.preflight.script` gives what it reads off the script's calls
-SCRIPT_KEYS = {"torch_dtype", "lora_dropout", "method", "load_in_4bit", "load_in_8bit", "max_length", "lora_alpha"}
+SCRIPT_KEYS = {"torch_dtype", "lora_dropout", "method", "load_in_4bit", "load_in_8bit", "max_length", "lora_alpha",
+               "padding"}
 #: names tools take that set nothing dsdoctor models (read, shown, never "unknown"): LLaMA-Factory's and axolotl's
 #: run keys that change neither the batch, the memory nor the time
 TOOL_KEYS = {
