@@ -1046,3 +1046,20 @@ def test_keeping_only_the_loss_is_a_change_when_nothing_else_fits(runner):
     assert row["vs_current"] == 1.0
     lean = json.loads(runner.invoke(cli, args[:-2] + ["--launch", "engine-loss", "--format", "json"]).output)
     assert row["total_bytes"] == lean["result"]["per_gpu_bytes"]["total"]
+
+
+def test_a_misspelled_lora_target_beside_a_right_one_is_refused_not_silently_skipped(runner):
+    """A new user's trial: --lora-targets q_proj,foo gave q_proj's count with no word of foo. peft refuses only
+    when no target matches (tuners_utils.py), so the run would train q_proj alone: one line, exit 2, saying so.
+    An empty --lora-targets is refused too, not read as peft's defaults."""
+    result = runner.invoke(cli, ["estimate", "--model", "qwen3-8b", "--method", "lora", "--lora-targets",
+                                 "q_proj,foo", "--gpus", "1", "--gpu-mem", "80"])
+    assert result.exit_code == 2
+    assert "--lora-targets foo: not a module peft can wrap in qwen3-8b" in result.output
+    assert "peft would silently skip it and train q_proj alone" in result.output
+    result = runner.invoke(cli, ["estimate", "--model", "qwen3-8b", "--method", "lora", "--lora-targets=",
+                                 "--gpus", "1", "--gpu-mem", "80"])
+    assert result.exit_code == 2 and "--lora-targets is empty" in result.output
+    good, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--lora-targets", "q_proj", "--gpus", "1",
+                    "--gpu-mem", "80")
+    assert good["result"]["trainable_params"] == 36 * 8 * (4096 + 4096)

@@ -127,11 +127,19 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
                 from dsdoctor.models.structure import peft_lora_params
 
                 try:
-                    return peft_lora_params(arch.config, targets, lora_r, lora_dropout)
+                    counted = peft_lora_params(arch.config, targets, lora_r, lora_dropout)
                 except DsdoctorError as exc:
                     if fused or "not found in the base model" not in str(exc):
                         raise  # peft knows the names and refuses them for its own reason: its words
                     raise DsdoctorError(f"{refused} ({str(exc).split(': ', 2)[-1]})") from None
+                known = tuple(t for t in targets if any(_matches(n, (t,)) for n in names) or t == "lm_head")
+                if known and not fused and peft_lora_params(arch.config, known, lora_r, lora_dropout) == counted:
+                    # peft wrapped nothing for the other names: it refuses only when no target at all matches
+                    # (tuners_utils.py), so a misspelled one is silently skipped and trains less than asked
+                    raise DsdoctorError(f"{refused}; peft would silently skip "
+                                        f"{'it' if len(targets) - len(known) == 1 else 'them'} and train "
+                                        f"{','.join(known)} alone") from None
+                return counted
             return sum(count * lora_r * sum(n for m, n in modules.items() if _matches(m, targets))
                        for count, modules in peft_counts) + head
         linears = _all_linears(arch)

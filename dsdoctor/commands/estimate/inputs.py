@@ -264,6 +264,9 @@ def build_setup(model: str, method: str, lora_r: int, lora_targets: str | None, 
         from dataclasses import replace
 
         arch = replace(arch, eager_attention=attn == "eager")
+    if lora_targets is not None and not lora_targets.strip(" ,"):
+        raise DsdoctorError("--lora-targets is empty: give module names (q_proj,v_proj) or all-linear, or leave the "
+                            "option out for peft's default targets")
     targets = tuple(t.strip() for t in lora_targets.split(",") if t.strip()) if lora_targets else \
         default_lora_targets(arch) if method == "lora" else ()  # another method has no targets to miss
     trainable = trainable_params(arch, method, lora_r=lora_r, lora_targets=targets, freeze_last=freeze_last,
