@@ -105,7 +105,17 @@ PRE018 = rule(
 PRE019 = rule(
     "PRE019", "error", "A file the run reads is broken",
     what="The DeepSpeed config or the tool's config does not parse (truncated JSON, not a mapping, a directory, "
-         "binary), or the training script is not valid Python here.",
+         "binary), the training script is not valid Python here, or the model directory cannot be read (its "
+         "config.json broken or missing, a model_type the installed transformers does not know).",
     why="The run stops when it reads it: DeepSpeed at initialize (after the model has loaded), Python at once.",
     fix="Fix the file at the line shown (python -m json.tool ds_config.json; python -m py_compile train.py).",
-    source="json.loads / yaml.safe_load as DeepSpeed and HfArgumentParser read them; ast.parse")
+    source="json.loads / yaml.safe_load as DeepSpeed and HfArgumentParser read them; ast.parse; transformers "
+           "AutoConfig.from_pretrained")
+PRE021 = rule(
+    "PRE021", "error", "The script's argparse refuses an argument of the line",
+    what="An argument on the line has a value that the script's own add_argument(type=int|float, choices=...) "
+         "cannot take: `--max_len abc` for type=int, a value outside choices.",
+    why="argparse exits with status 2 before anything else runs ('argument --max_len: invalid int value'); on 8 "
+        "ranks, each prints it and the launcher reports the ranks failed.",
+    fix="Give the value the script declares (the add_argument line in the evidence).",
+    source="argparse.ArgumentParser._get_value (type conversion) and _check_value (choices)")

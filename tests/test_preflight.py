@@ -483,3 +483,25 @@ def test_a_script_that_pads_each_batch_dynamically_is_not_told_to_pad_dynamicall
         assert report is not None, err
         verdicts[name] = [f for f in report["findings"] if f["id"] == "DATA706"]
     assert verdicts["dynamic"] == [] and len(verdicts["fixed"]) == 1
+
+
+def test_a_value_the_scripts_argparse_refuses_blocks_the_run(tmp_path):
+    """A new user's trial: `--max_len abc` for add_argument('--max_len', type=int) was GO. argparse exits 2 at once
+    on every rank: PRE021, with the add_argument line; a value outside choices too; good values pass."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization":
+                                                  {"stage": 2}}))
+    (tmp_path / "train.py").write_text(
+        "import argparse\nimport deepspeed\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--max_len', type=int, default=4096)\n"
+        "p.add_argument('--lr', type=float, default=1e-5)\n"
+        "p.add_argument('--method', choices=['lora', 'full'], default='lora')\n"
+        "p.add_argument('--deepspeed', default='ds.json')\n")
+    base = ["--gpu", "A100-80GB", "--no-data", "--", "deepspeed", "--num_gpus", "2", "train.py"]
+    code, report, err = preflight(*base, "--max_len", "abc", "--lr", "3e-4", "--method", "qlora", cwd=tmp_path)
+    assert report is not None, err
+    found = sorted(f["evidence"] for f in report["findings"] if f["id"] == "PRE021")
+    assert len(found) == 2 and report["result"]["verdict"] == "NO-GO" and code == 1
+    assert found[0].startswith("line --max_len abc: invalid int value: 'abc' (train.py:4 add_argument('--max_len'))")
+    assert found[1].startswith("line --method qlora: invalid choice: 'qlora' (choose from 'lora', 'full')")
+    code, report, err = preflight(*base, "--max_len", "2048", "--lr", "3e-4", "--method", "full", cwd=tmp_path)
+    assert report is not None and not [f for f in report["findings"] if f["id"] == "PRE021"]

@@ -265,6 +265,26 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
                                                   f"{here or gpus} GPUs: world size 1"))
 
 
+def _argparse_refuses(script, name: str, value: object) -> str:
+    """Why the script's own argparse would refuse ``--name value`` (its ``add_argument(type=..., choices=...)``),
+    or "": argparse converts the string with the type, then checks the result against the choices
+    (``argparse.py`` ``_get_value``, ``_check_value``)."""
+    declared = script.arguments.get(name) if script is not None else None
+    if declared is None or value is None:
+        return ""
+    kind, choices, where = declared
+    text = "true" if value is True else "false" if value is False else str(value)
+    if kind is not None:
+        try:
+            value = kind(text)
+        except ValueError:
+            return f"invalid {kind.__name__} value: {text!r} ({where}); argparse exits with status 2"
+    if choices is not None and value not in choices and text not in choices:
+        return (f"invalid choice: {text!r} (choose from {', '.join(repr(c) for c in choices[:8])}) ({where}); "
+                "argparse exits with status 2")
+    return ""
+
+
 def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gpus: int | None, rules) -> Plan:
     """The :class:`Plan` of ``launch`` run from ``workdir``, with ``sets`` (``--set``) over everything, and ``gpus``
     GPUs per node when given (else NVML's count here). Raises DsdoctorError for a script or config file that
@@ -320,6 +340,9 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
     pairs, loose = parse_script_args(launch.script_args)
     for name, value in pairs:
         settings.put(name, value, f"line --{name}")
+        refused = _argparse_refuses(plan.script, name, value)
+        if refused:
+            plan.problems.append(rules.PRE021.finding(f"line --{name} {value}: {refused}"))
     for override in launch.overrides:
         name, value = override.split("=", 1)
         from dsdoctor.preflight.settings import coerce

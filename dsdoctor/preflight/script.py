@@ -59,6 +59,9 @@ class ScriptFacts:
     launch: str | None = None
     trust_remote_code: str = ""
     client_optimizer: str = ""  # where deepspeed.initialize(optimizer=...) is given one
+    #: argument name -> (int or float or None, the choices or None, "path:line add_argument(...)"): what argparse
+    #: converts and checks a value of the line against
+    arguments: dict[str, tuple[object, object, str]] = field(default_factory=dict)
     syntax_error: str = ""  # why the script does not parse (the run would stop at once)
     notes: list[str] = field(default_factory=list)
 
@@ -205,6 +208,12 @@ class _Reader(ast.NodeVisitor):
         else:
             return
         action = self.literal(keywords["action"]) if "action" in keywords else None
+        kind = keywords.get("type")
+        kind = {"int": int, "float": float}.get(kind.id) if isinstance(kind, ast.Name) else None
+        choices = self.literal(keywords["choices"]) if "choices" in keywords else None
+        choices = list(choices) if isinstance(choices, (list, tuple)) else None
+        if kind is not None or choices is not None:
+            self.facts.arguments[dest] = (kind, choices, self.where(node, f"add_argument({strings[0]!r})"))
         if "default" in keywords:
             default = self.literal(keywords["default"])
             if default is not _UNREAD:
