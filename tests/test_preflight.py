@@ -251,6 +251,13 @@ def test_axolotl_llama3_lora_example_with_deepspeed_on_the_line(tmp_path):
     assert result["estimate"]["setup"]["lora_targets"] == ["all-linear"]  # lora_target_linear: true
     assert result["estimate"]["setup"]["offload_optimizer"] == "cpu"
     assert code in (0, 1), err
+    # its `bf16: auto` is bf16 where the GPU has it (axolotl's normalisation), not false (a new user's trial)
+    filled = [f["evidence"] for f in report["findings"] if f["id"] == "HF202"]
+    assert filled and "bf16.enabled <- bf16|bf16_full_eval = true" in filled[0]
+    code, report, err = preflight("--gpu", "V100-32GB", "--", "accelerate launch --num_processes 2 -m axolotl.cli.train "
+                                  "examples/llama-3/lora-8b.yml --deepspeed deepspeed_configs/zero2.json", cwd=tmp_path)
+    filled = [f["evidence"] for f in report["findings"] if f["id"] == "HF202"]
+    assert filled and "bf16.enabled <- bf16|bf16_full_eval = false" in filled[0]
 
 
 def test_pasted_block_with_prompt_fence_and_comment_inside_the_continuation(tmp_path):

@@ -22,16 +22,20 @@ TRAINING_FIELD = {"micro_batch": "per_device_train_batch_size", "grad_accum": "g
                   "grad_ckpt": "gradient_checkpointing", "deepspeed": "deepspeed", "ddp_timeout": "ddp_timeout"}
 
 
-def training_arguments(plan: Plan, fields: set[str]) -> dict:
+def training_arguments(plan: Plan, fields: set[str], bf16_gpu: bool | None = None) -> dict:
     """The TrainingArguments the run builds, as far as the plan knows them: every name given that is a field
     (the script's declared defaults included, as estimate takes them), and the tools' other names for them
-    (:data:`TRAINING_FIELD`). Values that are not the field's type (axolotl's ``bf16: auto``) are left out."""
+    (:data:`TRAINING_FIELD`). axolotl's ``bf16: auto`` is bf16 where the GPU has it (axolotl's config
+    normalisation: ``is_torch_bf16_gpu_available()``): ``bf16_gpu``, the run's GPU (True when unknown: compute
+    capability 8.0+ is what these runs use). Other values that are not the field's type are left out."""
     values = {name: s.value for name, s in plan.settings.given.items() if name in fields}
     for key, field_name in TRAINING_FIELD.items():
         found = plan.settings.get(key)
         if found is None:
             continue
         value = found.value
+        if field_name == "bf16" and plan.launch.tool == "axolotl" and str(value).strip().lower() == "auto":
+            value = True if bf16_gpu is None else bf16_gpu
         if field_name in ("bf16", "fp16", "gradient_checkpointing"):
             value = as_bool(value)
             if value is None:
@@ -163,7 +167,7 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
 
         # the installed transformers' fields, and those of the other versions mined (HF205: warmup_ratio, gone in 5.2)
         fields = set((load_schema()[0].get("training_arguments") or {}).get("fields", [])) | set(FIELD_VERSIONS)
-        hf = training_arguments(plan, fields)
+        hf = training_arguments(plan, fields, _bf16_gpu(gpu, gpu_cc))
     client = bool(plan.script and plan.script.client_optimizer) and plan.kind == "engine"
     try:
         report = run_check(config_path, world_size=plan.world_size, launch=plan.kind, gpu=gpu, model=model,
@@ -185,6 +189,18 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
     here = [replace(f, evidence=f.evidence.replace("(--transformers installed)", "(installed here, where the line "
                                                                                   "runs)")) for f in report.findings]
     return [_titled(f, "check") for f in here], report.result
+
+
+def _bf16_gpu(gpu: str | None, gpu_cc: str | None) -> bool | None:
+    """Whether the run's GPU computes in bf16 (compute capability 8.0+): --gpu's, else the first one here, else
+    None."""
+    from dsdoctor.hardware import gpu_from_name, visible_gpus
+
+    try:
+        card = gpu_from_name(gpu, gpu_cc) if gpu else next(iter(visible_gpus()), None)
+    except DsdoctorError:
+        return None
+    return None if card is None else card.capability >= (8, 0)
 
 
 def _installed(package: str) -> bool:
