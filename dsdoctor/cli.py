@@ -244,7 +244,13 @@ class DsdoctorGroup(click.Group):
             sys.exit(0)
         except click.UsageError as exc:
             where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx else ""
-            click.echo(f"dsdoctor: error: {one_line(exc.format_message())}{where}", err=True)
+            message = f"{one_line(exc.format_message())}{where}"
+            click.echo(f"dsdoctor: error: {message}", err=True)
+            given = list(sys.argv[1:] if args is None else args)
+            given = given[:given.index("--")] if "--" in given else given  # a launch line's own --json is not ours
+            if any(a == "--json=-" for a in given) or any(a == "--json" and b == "-" for a, b in zip(given, given[1:])):
+                # a script reading `--json -` gets a document for a refused option too, as for any refused input
+                _emit_error(" ".join(["dsdoctor", *given])[:500], message, "-")
             sys.exit(2)
         except click.ClickException as exc:
             click.echo(f"dsdoctor: error: {one_line(exc.format_message())}", err=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -446,3 +448,17 @@ def test_json_never_writes_over_a_file_that_is_no_dsdoctor_report(tmp_path):
     assert CliRunner().invoke(cli, ["explain", "--json", str(out), str(other)]).exit_code == 1
     assert CliRunner().invoke(cli, ["explain", "--json", str(out), str(other)]).exit_code == 1  # its own report
     assert json.loads(out.read_text())["command"] == "explain"
+
+
+def test_a_refused_option_with_json_dash_still_prints_a_json_document():
+    """A new user's trial: `estimate --micro-batch 0 --json -` left stdout empty (click refuses the range before the
+    command runs), where any other refused input prints {"error": ...}. Now the same document, exit 2, one line on
+    stderr; a launch line's own `--json -` after `--` is not preflight's."""
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "estimate", "--model", "qwen3-8b", "--micro-batch", "0",
+                           "--json", "-"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    doc = json.loads(proc.stdout)
+    assert doc["findings"] == [] and "'--micro-batch': 0 is not in the range" in doc["error"]
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "preflight", "--probe-steps", "1", "--", "python",
+                           "train.py", "--json", "-"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
