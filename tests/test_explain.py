@@ -1278,3 +1278,34 @@ def test_a_store_timeout_for_rank_0s_nccl_unique_id_is_rank_0_late_for_the_first
     assert findings[0].title.startswith("rank 0 was late for the first collective")
     only = "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)\n"
     assert explain(only)[0][0].id == "LOG810"
+
+
+def test_a_cuda_minor_version_deepspeed_accepted_is_no_failure_and_a_missing_toolkit_header_is_the_build():
+    """DeepSpeed #3411's form: 'Installed CUDA version 11.2 does not match ... 11.7 but since the APIs are compatible,
+    accepting this combination' is DeepSpeed's warning (op_builder/builder.py), not ENV304's refusal; the build's
+    'fatal error: curand_kernel.h' is the failure (ENV324), whose fix names the toolkit's header and the skew. A major
+    mismatch stays ENV304."""
+    log = ("Installed CUDA version 11.2 does not match the version torch was compiled with 11.7 but since the APIs "
+           "are compatible, accepting this combination\n"
+           "Using /home/user/.cache/torch_extensions/py38_cu117 as PyTorch extensions root...\n"
+           "/opt/ds/ops/csrc/includes/custom_cuda_layers.h:12:10: fatal error: curand_kernel.h: No such file or "
+           "directory\ncompilation terminated.\nninja: build stopped: subcommand failed.\n")
+    findings, _ = explain(log)
+    assert [f.id for f in findings] == ["ENV324"]
+    assert "curand_kernel.h is a header of the CUDA toolkit" in findings[0].fix
+    assert "CUDA 11.2's toolkit while torch was built with 11.7" in findings[0].fix
+    major = ("Exception: Installed CUDA version 12.2 does not match the version torch was compiled with 11.7, unable "
+             "to compile cuda/cpp extensions without a matching cuda version.\n")
+    assert explain(major)[0][0].id == "ENV304"
+
+
+def test_a_loss_without_grad_fn_is_lora_matching_nothing_when_the_command_checkpoints_nothing():
+    """DeepSpeed #3339's form: the command trains LoRA (--only_optimize_lora) with no gradient checkpointing, and
+    the loss has no grad_fn: nothing trains (LOG803), not TRN613. With checkpointing on the line, or with no command
+    in the log, it stays TRN613."""
+    error = "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn\n"
+    line = "deepspeed main.py --lora_dim 8 --only_optimize_lora --model_name_or_path m --deepspeed\n"
+    findings, _ = explain(line + error)
+    assert findings[0].id == "LOG803" and "turns no gradient checkpointing on" in findings[0].evidence
+    assert explain(line.replace("--deepspeed", "--gradient_checkpointing --deepspeed") + error)[0][0].id == "TRN613"
+    assert explain(error)[0][0].id == "TRN613"

@@ -459,6 +459,33 @@ def _first_line(match: Match, lines: list[Line]) -> tuple[str, str]:
     return _where(match) + match.line.text.strip()[:300], ""
 
 
+#: what turns gradient checkpointing on, in a command, a config or a log
+CHECKPOINTING = re.compile(r"gradient[_-]checkpointing|grad[_-]ckpt|checkpoint[_-]activations|"
+                           r"activation[_-]checkpointing", re.I)
+#: a launch command in the log (the launchers, or python running a script)
+LAUNCH_LINE = re.compile(r"^\s*(?:[$#>]\s{0,3})?(?:deepspeed|torchrun|accelerate launch|python3?)\b[^\n]{0,400}?\.py\b")
+
+
+def _no_grad_fn(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, str, dict]:
+    """The loss has no grad_fn: nothing in the graph requires grad. Under gradient checkpointing over a frozen base
+    that is TRN613 (the checkpointed blocks' inputs require no grad). When the log shows the launch command and
+    nothing anywhere turns checkpointing on, while the command trains LoRA, no parameter trains at all: the LoRA
+    targets matched no module (LOG803; DeepSpeed-Chat's --lora_module_name, peft's target_modules)."""
+    command = next((ln for ln in lines if LAUNCH_LINE.search(ln.text)), None)
+    if command is None or any(CHECKPOINTING.search(ln.text) for ln in lines):
+        return _first_line(match, lines)
+    lora = next((ln for ln in lines if "lora" in ln.text.lower()), None)
+    if lora is None:
+        return _first_line(match, lines)
+    return (_where(match) + match.line.text.strip()[:200] + f"; the command ({command.at}) trains LoRA "
+            f"({lora.text.strip()[:120]}) and turns no gradient checkpointing on: no parameter requires grad, so the "
+            "LoRA layers were never inserted (their target names match no module of this model)",
+            "Name modules the model has as LoRA targets (print(model) lists them: q_proj/v_proj in Llama and Qwen2, "
+            "query_key_value in ChatGLM, W_pack in Baichuan; DeepSpeed-Chat's --lora_module_name is a name prefix), "
+            "and check that the trainable parameters are not 0 before training.",
+            {"rule": "LOG803", "title": "nothing trains: the LoRA targets match no module of the model"})
+
+
 def _option_as_command(match: Match, lines: list[Line]) -> tuple[str, str]:
     """PRE017 from the shell's complaint about an option it ran as a command."""
     g = match.groups.groupdict()
@@ -692,7 +719,8 @@ SIGNATURES: tuple[Signature, ...] = (
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
     _sig("cuda-mismatch", "ENV304", "does not match the version torch was compiled with",
          r"Installed CUDA version (?P<nvcc>\d{1,3}(?:\.\d{1,3})?) does not match the version torch was compiled with "
-         r"(?P<torch>\d{1,3}(?:\.\d{1,3})?)", _first_line, "dsdoctor env",
+         # DeepSpeed accepts a minor difference (op_builder/builder.py assert_no_cuda_mismatch): a warning, not this
+         r"(?P<torch>\d{1,3}(?:\.\d{1,3})?)(?![\d.]| but since the APIs are compatible)", _first_line, "dsdoctor env",
          caught_note="(nvcc's CUDA against torch's)"),
     _sig("nvcc-arch", "ENV330", ("Unsupported gpu architecture", "unsupported gpu architecture"),
          r"[Uu]nsupported gpu architecture '(?P<arch>compute_\w{1,10}|sm_\w{1,10})'", _first_line, "dsdoctor env",
@@ -812,7 +840,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("zero3-placeholder", "LOG812", "must be 2-D",
          r"'weight' must be 2-D", _first_line),
     _sig("no-grad-fn", "TRN613", "does not require grad and does not have a grad_fn",
-         r"element 0 of tensors does not require grad and does not have a grad_fn", _first_line,
+         r"element 0 of tensors does not require grad and does not have a grad_fn", _no_grad_fn,
          "dsdoctor smoke --model PATH --method lora",
          caught_note="(the reference trainer enables input grads under checkpointing)"),
     # a script's argparse refusing its command line: the launcher's --local_rank before the user's own arguments

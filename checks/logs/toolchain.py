@@ -18,6 +18,14 @@ COMPILER_ERROR = re.compile(r"nvcc fatal|fatal error|\berror\b:|: not found|comm
 #: the op a JIT build was making: torch's "Building extension module OP...", ninja's "FAILED: OP.so"
 BUILDING_OP = re.compile(r"Building extension module (?P<a>\w{1,100})|FAILED: (?:\S{0,300}/)?(?P<b>\w{1,100})\.so\b|"
                          r"Error building extension '(?P<c>\w{1,100})'")
+#: a CUDA toolkit header the compiler cannot find ("fatal error: curand_kernel.h: No such file or directory")
+MISSING_CUDA_HEADER = re.compile(r"fatal error: (?P<header>(?:cu\w{1,40}|cuda\w{0,40}|nv\w{1,40}|cusparse\w{0,40}|"
+                                 r"cublas\w{0,40})\.h): No such file")
+#: DeepSpeed's op builder accepting a CUDA toolkit whose minor version differs from torch's
+#: (op_builder/builder.py ``assert_no_cuda_mismatch``: "... but since the APIs are compatible, accepting this
+#: combination")
+ACCEPTED_SKEW = re.compile(r"Installed CUDA version (?P<nvcc>\d{1,3}\.\d{1,3}) does not match the version torch was "
+                           r"compiled with (?P<torch>\d{1,3}\.\d{1,3}) but since the APIs are compatible")
 #: the linker's "cannot find -lcurand": a library of the CUDA toolkit that is not on the linker's path
 MISSING_LIB = re.compile(r"cannot find -l(?P<lib>[\w.+-]{1,60})")
 
@@ -39,6 +47,17 @@ def build(match: Match, lines: list[Line]) -> tuple[str, str]:
     fix = ("`dsdoctor env --build-ops ds_config.json` builds the ops the config needs before launch and shows the "
            "compiler's error; install the CUDA toolkit matching torch's CUDA (nvcc), gcc, ninja, or pre-build "
            "(DS_BUILD_OPS=1 pip install deepspeed).")
+    header = MISSING_CUDA_HEADER.search(error)
+    skew = next((m for m in (ACCEPTED_SKEW.search(ln.text) for ln in lines[:match.line_index + 1]
+                             if "accepting this combination" in ln.text) if m), None)
+    if header:  # a header of the CUDA toolkit's: the toolkit at CUDA_HOME lacks it
+        found = (f" DeepSpeed built against CUDA {skew.group('nvcc')}'s toolkit while torch was built with "
+                 f"{skew.group('torch')}: it accepted the minor difference (the same major), but that toolkit is "
+                 f"not the one torch's CUDA libraries come from." if skew else "")
+        fix = (f"{header.group('header')} is a header of the CUDA toolkit (CUDA_HOME/include): the toolkit the build "
+               f"used lacks it.{found} Install the full toolkit of torch's CUDA version (its -dev packages, e.g. "
+               f"cuda-toolkit-X-Y or conda install -c nvidia cuda-toolkit=X.Y) and point CUDA_HOME at it, then run "
+               f"again. " + fix)
     lib = MISSING_LIB.search(error)
     if lib:  # torch's JIT link passes -L torch/lib only (cpp_extension.py _prepare_ldflags)
         fix = (f"The linker cannot find lib{lib.group('lib')}.so: it is in the CUDA toolkit (CUDA_HOME/lib64), not on "
