@@ -1063,3 +1063,14 @@ def test_a_misspelled_lora_target_beside_a_right_one_is_refused_not_silently_ski
     good, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--lora-targets", "q_proj", "--gpus", "1",
                     "--gpu-mem", "80")
     assert good["result"]["trainable_params"] == 36 * 8 * (4096 + 4096)
+
+
+def test_an_option_the_method_does_not_read_is_said_not_silently_dropped(runner):
+    """A new user's trial: --lora-r 4 with --method full ran without a word."""
+    data, _ = run_json(runner, "--model", "qwen3-8b", "--method", "full", "--lora-r", "4", "--freeze-last", "3",
+                       "--gpus", "8", "--gpu-mem", "80")
+    assert ("--lora-r, --freeze-last: not used with --method full (--lora-r is for --method lora; --freeze-last is "
+            "for --method freeze)") in data["result"]["notes"]
+    data, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--lora-r", "4", "--gpus", "8",
+                       "--gpu-mem", "80")
+    assert not [n for n in data["result"]["notes"] if "not used with" in n]

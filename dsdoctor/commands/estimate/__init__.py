@@ -82,7 +82,8 @@ def estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora
     if grad_ckpt is None:  # our default must not make an error of the user's method (MEM507)
         grad_ckpt = method != "ptuning"
     explicit = {name for name in ("zero", "offload_optimizer", "offload_param", "micro_batch", "precision",
-                                  "grad_accum")
+                                  "grad_accum", "lora_r", "lora_targets", "lora_dropout", "freeze_last",
+                                  "prefix_tokens")
                 if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
     return run_estimate(model, zero, offload_optimizer, offload_param, method, lora_r, lora_targets, lora_dropout,
                         freeze_last, prefix_tokens, gpus, nodes, micro_batch, seq_len, grad_ckpt, precision,

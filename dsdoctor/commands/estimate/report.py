@@ -73,6 +73,11 @@ def _breakdown(report: Report, est, setup, method: str, states_bytes: int, world
                           ["term"] + [f"{p} (peak)" if p == peak else p for p in phases] + ["what"], rows))
 
 
+#: the options that only one method reads
+METHOD_OPTIONS = {"lora_r": "lora", "lora_targets": "lora", "lora_dropout": "lora", "freeze_last": "freeze",
+                  "prefix_tokens": "ptuning"}
+
+
 def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: str, method: str, lora_r: int,
                  lora_targets: str | None, lora_dropout: float, freeze_last: int, prefix_tokens: int, gpus: int | None,
                  nodes: int, micro_batch: int, seq_len: int, grad_ckpt: bool, precision: str,
@@ -84,6 +89,11 @@ def run_estimate(model: str, zero: int, offload_optimizer: str, offload_param: s
     from dsdoctor.checks import memory as mem
 
     notes: list[str] = []
+    ignored = [name for name, used_by in METHOD_OPTIONS.items() if name in explicit and method != used_by]
+    if ignored:  # said, not silently dropped
+        notes.append(f"{', '.join('--' + n.replace('_', '-') for n in ignored)}: not used with --method {method} ("
+                     + "; ".join(f"--{n.replace('_', '-')} is for --method {METHOD_OPTIONS[n]}" for n in ignored)
+                     + ")")
     values = {"zero": zero, "offload_optimizer": offload_optimizer, "offload_param": offload_param,
               "micro_batch": micro_batch, "precision": precision, "grad_accum": grad_accum}
     if deepspeed:
