@@ -111,6 +111,20 @@ PRE019 = rule(
     fix="Fix the file at the line shown (python -m json.tool ds_config.json; python -m py_compile train.py).",
     source="json.loads / yaml.safe_load as DeepSpeed and HfArgumentParser read them; ast.parse; transformers "
            "AutoConfig.from_pretrained")
+PRE022 = rule(
+    "PRE022", "warning", "Two micro batches: the line's and the DeepSpeed config's differ",
+    what="An engine loop (the script calls deepspeed.initialize with the config file) whose line or script sets a "
+         "micro batch (per_device_train_batch_size, micro_batch_size) other than the config's "
+         "train_micro_batch_size_per_gpu.",
+    why="DeepSpeed's engine takes the config's value for its batch arithmetic (train_batch_size, the steps its "
+        "scheduler counts, the loss averaging over gradient_accumulation_steps), while the script's DataLoader may "
+        "batch by the line's: each step then holds another number of samples than DeepSpeed counts, and the memory "
+        "follows the DataLoader's.",
+    fix="Use one value: write the line's into the config before deepspeed.initialize "
+        "(ds_config['train_micro_batch_size_per_gpu'] = args.per_device_train_batch_size, as DeepSpeedExamples' "
+        "get_train_ds_config does), or drop the option.",
+    source="deepspeed/runtime/config.py (_set_batch_related_parameters); DeepSpeedExamples "
+           "applications/DeepSpeed-Chat dschat/utils/ds_utils.py")
 PRE021 = rule(
     "PRE021", "error", "The script's argparse refuses an argument of the line",
     what="An argument on the line has a value that the script's own add_argument(type=int|float, choices=...) "

@@ -512,3 +512,27 @@ def test_a_value_the_scripts_argparse_refuses_blocks_the_run(tmp_path):
     assert found[1].startswith("line --method qlora: invalid choice: 'qlora' (choose from 'lora', 'full')")
     code, report, err = preflight(*base, "--max_len", "2048", "--lr", "3e-4", "--method", "full", cwd=tmp_path)
     assert report is not None and not [f for f in report["findings"] if f["id"] == "PRE021"]
+
+
+def test_an_engine_loop_whose_line_and_config_give_two_micro_batches_is_told(tmp_path):
+    """A new user's trial: --per_device_train_batch_size 4 on the line of an engine loop whose ds.json says
+    train_micro_batch_size_per_gpu 2 was read as 4 without a word (PRE022); the script's own default is not a
+    disagreement, nor the same value twice."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+                                                  "zero_optimization": {"stage": 2}, "bf16": {"enabled": True}}))
+    (tmp_path / "train.py").write_text(
+        "import argparse\nimport deepspeed\np = argparse.ArgumentParser()\n"
+        "p.add_argument('--per_device_train_batch_size', type=int, default=8)\n"
+        "p.add_argument('--deepspeed', default='ds.json')\nargs = p.parse_args()\n"
+        "engine, *_ = deepspeed.initialize(model=None, config=args.deepspeed)\n")
+    base = ["--gpu", "A100-80GB", "--no-data", "--", "deepspeed", "--num_gpus", "2", "train.py", "--deepspeed",
+            "ds.json", "--model_name_or_path", "qwen3-0.6b"]
+    seen = {}
+    for given in ("4", "2", None):
+        code, report, err = preflight(*base, *(["--per_device_train_batch_size", given] if given else []),
+                                      cwd=tmp_path)
+        assert report is not None, err
+        seen[given] = [f["evidence"] for f in report["findings"] if f["id"] == "PRE022"]
+    assert seen["4"] == ["per_device_train_batch_size (line --per_device_train_batch_size): 4; ds.json "
+                         "train_micro_batch_size_per_gpu: 2; the memory estimate uses 4"]
+    assert seen["2"] == [] and seen[None] == []

@@ -79,6 +79,7 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
                                                   + (" ..." if len(plan.settings.unknown) > 40 else "")))
     check_findings, check_result = sections.check_section(plan, gpu, model_name, rules, gpu_cc)
     estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules, gpu_cc, gpu_mem)
+    line_findings += _two_micro_batches(plan, rules)
     from dsdoctor.hardware import visible_gpus
 
     env_findings, env_result = sections.env_section(plan, model_name, method, rules,
@@ -168,6 +169,21 @@ PROBE_ACCURACY = ("20 probe steps read 13-23% under three 200-step runs of one s
                   "times drift and spike) and 7% over on 2 CPU ranks; benchmarks/results/eta-gpu/README.md")
 FLOPS_ACCURACY = ("-6% to +7% against three 200-step runs of the 6B shape whose speed set the MFU; other shapes and "
                   "GPUs unmeasured: --probe measures this one; benchmarks/results/eta-gpu/README.md")
+
+
+def _two_micro_batches(plan, rules) -> list:
+    """PRE022: an engine loop whose line (or script) and DeepSpeed config give different micro batches."""
+    from dsdoctor.preflight import sections
+    from dsdoctor.preflight.plan import loaded_json
+
+    micro, where = sections._int_setting(plan, "micro_batch")
+    if plan.kind != "engine" or micro is None or not plan.deepspeed_has("train_micro_batch_size_per_gpu"):
+        return []
+    config = loaded_json(plan.deepspeed)["train_micro_batch_size_per_gpu"]
+    if int(config) == micro or "default " in where:
+        return []
+    return [rules.PRE022.finding(f"{where}: {micro}; {Path(plan.deepspeed).name} train_micro_batch_size_per_gpu: "
+                                 f"{config}; the memory estimate uses {micro}")]
 
 
 def _eta(plan, estimate_result: dict | None, samples: int | None, rules, sections,
