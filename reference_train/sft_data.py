@@ -63,7 +63,7 @@ def _text(row: dict, key: str, where: list[str], required: bool = True) -> str |
     value = row.get(key)
     if value is None:
         if required:
-            where.append(f"no {key!r} key")
+            where.append(f"no {key!r} key" if key not in row else f"{key!r} is a JSON null, not a string")
         return None
     if not isinstance(value, str):
         where.append(f"{key!r} is a JSON {_kind(value)}, not a string")

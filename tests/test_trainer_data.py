@@ -114,6 +114,7 @@ def test_broken_json_on_line_3_is_data702(tokenizer, tmp_path):
     ({"output": "x"}, "no 'instruction' key"),
     ({"instruction": "x"}, "no 'output' key"),
     ({"instruction": 3, "output": "x"}, "'instruction' is a JSON number, not a string"),
+    ({"instruction": None, "output": "x"}, "'instruction' is a JSON null, not a string"),
     ({"instruction": "x", "input": 5, "output": "x"}, "'input' is a JSON number, not a string"),
     ({"instruction": "x", "input": 0, "output": "x"}, "'input' is a JSON number, not a string"),
     (["instruction", "output"], "a JSON array, not an object"),
