@@ -41,7 +41,7 @@ def _typed(name: str | None):
     convert = int if name == "int" else float
 
     def check(text: str) -> str:
-        if _VAR.search(text):
+        if _VAR.search(text) or _SUBSTITUTION.search(text):
             return text
         try:
             convert(text)
@@ -124,6 +124,8 @@ def words_of(text: str) -> list[str]:
     dropped, cut at the first shell operator (``|``, ``&&``, ``;``, ``>``, ``2>&1``). Raises DsdoctorError on
     unbalanced quotes."""
     text = re.sub(r"\\\r?\n", " ", text)
+    # a command or arithmetic substitution is one word to bash (its value, known only at run time): kept whole
+    text = _SUBSTITUTION.sub(lambda m: re.sub(r"[ \t]", _HELD_SPACE, m.group(0)), text)
     try:
         lexer = shlex.shlex(text, posix=True, punctuation_chars="|&;<>")
         lexer.whitespace_split = True
@@ -135,7 +137,7 @@ def words_of(text: str) -> list[str]:
     for word in words:
         if _ENDS.match(word) or word == "\n":
             break
-        out.append(word)
+        out.append(word.replace(_HELD_SPACE, " "))
     # a line ending in a redirect's file descriptor ("2" before ">&1") leaves that digit: drop it
     if out and out[-1].isdigit() and len(out) < len(words) and _ENDS.match(words[len(out)] or ""):
         out.pop()
@@ -299,6 +301,9 @@ def parse_launch(command: list[str], nested: bool = False) -> Launch:
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}|\$([A-Za-z_]\w*)")
+#: bash's arithmetic and command substitutions: ``$((29500 + RANDOM % 100))``, ``$(shuf -i 20000-30000 -n 1)``
+_SUBSTITUTION = re.compile(r"\$\(\([^()\n]{0,300}\)\)|\$\([^()\n]{0,300}\)")
+_HELD_SPACE = "\x00"
 
 
 def from_shell_script(path: str, env: dict | None = None) -> Launch:

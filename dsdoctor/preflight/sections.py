@@ -336,7 +336,26 @@ def env_section(plan: Plan, model: str | None, method: str, rules, other_machine
     addr = opts.get("master_addr") or opts.get("main_process_ip") or plan.launch.env.get("MASTER_ADDR")
     node_rank = str(opts.get("node_rank") or opts.get("machine_rank") or plan.launch.env.get("NODE_RANK")
                     or plan.launch.env.get("RANK") or "0")
-    if port and node_rank == "0":  # the first node binds the rendezvous port
+    from dsdoctor.preflight.cmdline import _SUBSTITUTION, _VAR
+
+    if port and _VAR.fullmatch(str(port)) and os.environ.get(str(port).strip("${}").split(":-")[0]):
+        port = os.environ[str(port).strip("${}").split(":-")[0]]  # this shell's value, as bash would pass it
+    if port and _SUBSTITUTION.search(str(port)):  # bash computes it when the line runs: nothing to check here
+        findings.append(rules.PRE002.finding(f"env: the master port {port} is computed when the line runs: not "
+                                             "checked", title="[env] master port not checked", severity="info",
+                                             fix="Nothing to do; a port another job holds would show as NET401 "
+                                                 "when it is a number."))
+    elif port and _VAR.fullmatch(str(port)) and not os.environ.get(str(port).strip("${}").split(":-")[0]):
+        # still a variable after the script's own assignments, and not in this shell's environment: unset
+        from dsdoctor.checks.network import NET401
+
+        findings.append(NET401.finding(
+            f"--master_port {port}: the line and its script never set {port.strip('${}').split(':-')[0]}, so bash "
+            f"passes an empty word and the launcher takes the next word as the port",
+            title="[env] the master port's variable is unset",
+            fix=f"Set {port.strip('${}').split(':-')[0]} before the line (export MASTER_PORT=29501), or give the "
+                "port itself."))
+    elif port and node_rank == "0":  # the first node binds the rendezvous port
         found = master_port_finding({"MASTER_PORT": str(port)})
         if found is not None:
             findings.append(_titled(found, "env"))
