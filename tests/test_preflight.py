@@ -557,3 +557,18 @@ def test_a_master_port_bash_computes_is_read_and_an_unset_one_is_named(tmp_path)
     assert seen["$((29500 + RANDOM % 100))"] == [("PRE002", "[env] master port not checked")]
     assert seen["$(shuf -i 20000-30000 -n 1)"] == [("PRE002", "[env] master port not checked")]
     assert seen["$MASTER_PORT"] == [("NET401", "[env] the master port's variable is unset")]
+
+
+def test_the_host_ram_check_counts_the_launch_lines_ranks_per_node(tmp_path):
+    """A new user's trial: preflight's MEM504 counted one rank per node (NVML sees no GPU here) while its own estimate
+    counted the line's 8: 14 GiB to load the model against 113 GiB. env's check now takes the line's ranks."""
+    from dsdoctor.commands.env import host_ram_check
+
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": True},
+                                                  "zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"},
+                                                                        "offload_optimizer": {"device": "cpu"}}}))
+    facts = {"host": {"ram": 2048 * 2 ** 30}, "gpu": {"gpus": []}}
+    _, one = host_ram_check(str(tmp_path / "ds.json"), "qwen2.5-7b", "full", facts, ranks_per_node=1)
+    _, eight = host_ram_check(str(tmp_path / "ds.json"), "qwen2.5-7b", "full", facts, ranks_per_node=8)
+    assert eight["model_load_per_node"] == 8 * one["model_load_per_node"]
+    assert eight["offload_per_node"] == one["offload_per_node"]  # ZeRO partitions the offloaded states: a node's sum

@@ -18,15 +18,17 @@ from dsdoctor.report import DsdoctorError, Report
 SECTIONS = ("versions", "toolchain", "gpu", "host", "network")
 
 
-def host_ram_check(deepspeed: str, model: str, method: str, facts: dict) -> tuple[list, dict]:
+def host_ram_check(deepspeed: str, model: str, method: str, facts: dict,
+                   ranks_per_node: int | None = None) -> tuple[list, dict]:
     """MEM504 for this host: what loading ``model`` and ``deepspeed``'s offload need per node (``dsdoctor
-    estimate``'s arithmetic, GPUs per node from NVML) against this host's RAM."""
+    estimate``'s arithmetic) against this host's RAM, for ``ranks_per_node`` ranks (the launch line's, from
+    ``dsdoctor preflight``), else one per GPU NVML sees."""
     from dsdoctor.commands.estimate import run_estimate
 
     ram = (facts.get("host") or {}).get("ram")
     if not ram:
         raise DsdoctorError("--deepspeed: this host's RAM is unknown (/proc/meminfo unreadable)")
-    gpus = len((facts.get("gpu") or {}).get("gpus") or []) or None
+    gpus = ranks_per_node or len((facts.get("gpu") or {}).get("gpus") or []) or None
     estimate = run_estimate(model=model, zero=2, offload_optimizer="none", offload_param="none", method=method,
                             lora_r=8, lora_targets=None, lora_dropout=0.05, freeze_last=2, prefix_tokens=16,
                             gpus=gpus, nodes=1, micro_batch=1, seq_len=1024, grad_ckpt=method != "ptuning", precision="bf16",
@@ -36,7 +38,7 @@ def host_ram_check(deepspeed: str, model: str, method: str, facts: dict) -> tupl
 
 def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool = False,
             build_ops: str | None = None, deepspeed: str | None = None, model: str | None = None,
-            method: str = "full") -> Report:
+            method: str = "full", ranks_per_node: int | None = None) -> Report:
     """The body of ``dsdoctor env``. Raises DsdoctorError for an unknown section or an unreadable ``--from``."""
     from dsdoctor.checks import environment as envcheck
 
@@ -81,7 +83,7 @@ def run_env(only: str | None, from_file: str | None, output_dir: str, deep: bool
     if deepspeed:
         if "host" not in facts:
             facts["host"] = envcheck.collect(sections=("host",), output_dir=output_dir)["host"]
-        host_findings, host_bytes = host_ram_check(deepspeed, model, method, facts)
+        host_findings, host_bytes = host_ram_check(deepspeed, model, method, facts, ranks_per_node)
         findings = findings + host_findings
         report.result["host_needed_bytes"] = host_bytes
     if build_ops:

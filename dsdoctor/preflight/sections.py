@@ -327,7 +327,8 @@ def env_section(plan: Plan, model: str | None, method: str, rules, other_machine
     try:
         # the host-RAM check judges this machine: not when --gpu names the machine the run is for and none is here
         report = run_env(None, None, ".", deepspeed=plan.deepspeed if model and not other_machine else None,
-                         model=model if plan.deepspeed and not other_machine else None, method=method)
+                         model=model if plan.deepspeed and not other_machine else None, method=method,
+                         ranks_per_node=plan.gpus_per_node)
     except DsdoctorError as exc:
         return [rules.PRE002.finding(f"env: {exc}", title="[env] not run")], {}
     findings += [_titled(f, "env") for f in report.findings if f.id != "ENV300"]
