@@ -1309,3 +1309,21 @@ def test_a_loss_without_grad_fn_is_lora_matching_nothing_when_the_command_checkp
     assert findings[0].id == "LOG803" and "turns no gradient checkpointing on" in findings[0].evidence
     assert explain(line.replace("--deepspeed", "--gradient_checkpointing --deepspeed") + error)[0][0].id == "TRN613"
     assert explain(error)[0][0].id == "TRN613"
+
+
+def test_deepspeeds_scheduler_without_its_step_count_and_a_script_reading_the_launchers_local_rank_as_a_path():
+    """A new user's trial, on logs of real CPU runs: DeepSpeed's WarmupDecayLR built from a config without
+    total_num_steps is DS125 (check's rule for that config), not LOG805; a script that reads sys.argv[1] as its config
+    path gets the deepspeed launcher's --local_rank=N (ENV331); and first_failure names the finding's own rule."""
+    sched = ("Traceback (most recent call last):\n  File \"tiny.py\", line 9, in <module>\n"
+             "TypeError: WarmupDecayLR.__init__() missing 1 required positional argument: 'total_num_steps'\n")
+    findings, result = explain(sched)
+    assert findings[0].id == "DS125" and result["first_failure"]["rule"] == "DS125"
+    argv = ("  File \"tiny.py\", line 6, in <module>\n    config = json.load(open(sys.argv[1]))\n"
+            "FileNotFoundError: [Errno 2] No such file or directory: '--local_rank=1'\n")
+    assert explain(argv)[0][0].id == "ENV331"
+    pydantic = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for DeepSpeedZeroConfig\n"
+                "stage3_prefetch_bucket_size\n  Input should be a valid integer, got a number with a fractional part "
+                "[type=int_from_float, input_value=1.5, input_type=float]\n")
+    findings, result = explain(pydantic)
+    assert findings[0].id == "DS137" and result["first_failure"]["rule"] == "DS137"

@@ -441,7 +441,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                                            fix=fix))
         if len(findings) >= 6:
             break
-    result["first_failure"] = {"rule": first.signature.rule_id, "signature": first.signature.name,
+    result["first_failure"] = {"rule": findings[0].id if findings else first.signature.rule_id,
+                               "signature": first.signature.name,
                                "line": first.line.number, "rank": first.line.rank}
     if first.line.source:
         result["first_failure"]["file"] = first.line.source

@@ -686,6 +686,13 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:could not convert string to float|invalid literal for int\(\) with base 10): 'auto'|"
          r"must be (?:a|an) [\w ]{1,80}, got auto\b", _first_line,
          "dsdoctor check ds_config.json --launch engine"),
+    # DeepSpeed's own schedulers built from the config's "scheduler" block without a parameter they require
+    # (runtime/lr_schedules.py: WarmupDecayLR/WarmupCosineLR total_num_steps, OneCycle cycle_min_lr/cycle_max_lr)
+    _sig("scheduler-param", "DS125", "required positional argument",
+         r"(?:WarmupDecayLR|WarmupCosineLR|OneCycle|WarmupLR|LRRangeTest)\.__init__\(\) missing \d{1,2} required "
+         r"positional arguments?: (?P<args>'[\w']{1,40}'(?:,? (?:and )?'\w{1,40}'){0,4})|"
+         r"__init__\(\) missing \d{1,2} required positional arguments?: '(?:total_num_steps|cycle_min_lr|cycle_max_lr)'",
+         _first_line, "dsdoctor check ds_config.json"),
     _sig("hf-mismatch", "HF201", "mismatch TrainingArguments values",
          r"Please correct the following DeepSpeed config values that mismatch TrainingArguments values", _mismatch,
          "dsdoctor check ds_config.json --launch trainer --hf-args args.json"),
@@ -846,9 +853,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # a script's argparse refusing its command line: the launcher's --local_rank before the user's own arguments
     _sig("argparse-error", "ENV331", ".py: error: ",
          r"^[\w./-]{1,200}\.py: error: (?P<msg>[^\n]{1,300})$", _argparse),
-    _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser"),
+    _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser", "--local_rank="),
          r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank|"
-         r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank", _first_line),
+         r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank|"
+         # a script reading sys.argv[1] as a path gets the launcher's --local_rank=N, which comes first
+         r"No such file or directory: '--local_rank=\d{1,6}'", _first_line),
     # DeepSpeed's config_utils.py of the pydantic 1 API (0.9.x: requires pydantic<2) under pydantic 2
     _sig("pydantic-2-old-deepspeed", "ENV310", "has no attribute 'field_info'",
          r"'FieldInfo' object has no attribute 'field_info'", _pydantic_api),
