@@ -572,3 +572,20 @@ def test_the_host_ram_check_counts_the_launch_lines_ranks_per_node(tmp_path):
     _, eight = host_ram_check(str(tmp_path / "ds.json"), "qwen2.5-7b", "full", facts, ranks_per_node=8)
     assert eight["model_load_per_node"] == 8 * one["model_load_per_node"]
     assert eight["offload_per_node"] == one["offload_per_node"]  # ZeRO partitions the offloaded states: a node's sum
+
+
+def test_a_config_dict_in_the_script_is_the_config_of_every_section(tmp_path):
+    """A new user's trial: `deepspeed.initialize(config=ds_config)` with a literal dict was checked (DS102) but the
+    estimate ran with micro batch 1 x accumulation 1 and no config. Now the dict is the run's config everywhere."""
+    (tmp_path / "lit.py").write_text(
+        "import deepspeed\nfrom transformers import AutoModelForCausalLM\n"
+        "ds_config = {'train_micro_batch_size_per_gpu': 2, 'gradient_accumulation_steps': 4,\n"
+        "             'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-4}}, 'zero_optimization': {'stage': 2}}\n"
+        "model = AutoModelForCausalLM.from_pretrained('qwen3-0.6b')\n"
+        "engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)\n")
+    code, report, err = preflight("--no-data", "--gpu", "A100-80GB", "--", "deepspeed", "--num_gpus", "2", "lit.py",
+                                  cwd=tmp_path)
+    assert report is not None, err
+    setup = report["result"]["estimate"]["setup"]
+    assert (setup["micro_batch"], setup["gradient_accumulation_steps"], setup["zero_stage"]) == (2, 4, 2)
+    assert "dsdoctor-preflight-" in report["result"]["plan"]["deepspeed"]

@@ -375,8 +375,21 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
                     fix=f"Launch from {found.parent} (or --workdir {found.parent} if you do), or give the path from "
                         f"where you launch ({found})."))
     elif ds is not None and isinstance(ds.value, dict):
+        # the script's literal dict, written to a file of its own so that every section reads it as the run's
+        # config (check, estimate, env's op builds and host RAM, the batch checks)
+        import hashlib
+        import tempfile
+
+        text = json.dumps(ds.value, indent=2, default=str)
+        path = Path(tempfile.gettempdir()) / f"dsdoctor-preflight-{hashlib.sha1(text.encode()).hexdigest()[:12]}.json"
+        try:
+            path.write_text(text)
+            plan.deepspeed = str(path)
+        except OSError:
+            pass
         plan.deepspeed_source = ds.source
-        plan.notes.append(f"the DeepSpeed config is a dict literal ({ds.source})")
+        plan.notes.append(f"the DeepSpeed config is a dict literal ({ds.source})"
+                          + (f", read from {path}" if plan.deepspeed else ""))
     return plan
 
 

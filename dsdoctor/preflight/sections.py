@@ -129,6 +129,10 @@ def _int_setting(plan: Plan, key: str) -> tuple[int | None, str]:
 
 #: another command's flags that a section's fix may name, as preflight says them
 _FLAGS = {"(then say --client-optimizer)": "(preflight sees it in the script's deepspeed.initialize(optimizer=...))",
+          "Give --transformers X.Y": "Check which transformers the tool installs (preflight judges a script's line "
+                                     "by the one installed here; a tool pins its own)",
+          "give --transformers X.Y": "check which transformers the tool installs",
+          "--transformers": "a tool pins its own transformers",
           "--world-size": "the launcher's process count", "--micro-batch": "the micro batch (--set "
           "per_device_train_batch_size=N)", "--seq-len": "the sequence length (--set cutoff_len=N)"}
 
