@@ -589,3 +589,27 @@ def test_a_config_dict_in_the_script_is_the_config_of_every_section(tmp_path):
     setup = report["result"]["estimate"]["setup"]
     assert (setup["micro_batch"], setup["gradient_accumulation_steps"], setup["zero_stage"]) == (2, 4, 2)
     assert "dsdoctor-preflight-" in report["result"]["plan"]["deepspeed"]
+
+
+def test_a_deepspeed_config_given_as_the_scripts_argument_and_read_from_sys_argv(tmp_path):
+    """A new user's trial: `deepspeed --num_gpus 2 tiny.py c_batch.json` with `json.load(open(sys.argv[1]))` was GO:
+    the JSON was read as a tool's config (its keys listed as unknown, check not run), and the deepspeed launcher's
+    --local_rank=N, which comes before the script's own arguments (launcher/launch.py), was not seen. Both ranks died
+    with FileNotFoundError: '--local_rank=0'. Now: the JSON is the DeepSpeed config (DS102 from it) and ENV331."""
+    (tmp_path / "c.json").write_text(json.dumps({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2,
+                                                 "gradient_accumulation_steps": 4,
+                                                 "zero_optimization": {"stage": 2}}))
+    (tmp_path / "tiny.py").write_text("import sys, json, deepspeed\ncfg = json.load(open(sys.argv[1]))\n"
+                                      "engine, *_ = deepspeed.initialize(model=None, config=cfg)\n")
+    code, report, err = preflight("--no-data", "--gpu", "A100-80GB", "--", "deepspeed", "--num_gpus", "2", "tiny.py",
+                                  "c.json", cwd=tmp_path)
+    assert report is not None, err
+    ids = [f["id"] for f in report["findings"] if f["severity"] == "error"]
+    assert "DS102" in ids and "ENV331" in ids and report["result"]["verdict"] == "NO-GO"
+    assert report["result"]["plan"]["deepspeed"].endswith("c.json")
+    env331 = [f for f in report["findings"] if f["id"] == "ENV331"][0]
+    assert env331["evidence"].startswith("tiny.py:2 sys.argv[1], and the deepspeed launcher starts each rank as")
+    # torchrun passes LOCAL_RANK in the environment: no ENV331
+    code, report, err = preflight("--no-data", "--gpu", "A100-80GB", "--", "torchrun", "--nproc_per_node", "2",
+                                  "tiny.py", "c.json", cwd=tmp_path)
+    assert report is not None and "ENV331" not in [f["id"] for f in report["findings"]]

@@ -265,6 +265,10 @@ def _world(plan: Plan, gpus: int | None, rules) -> None:
                                                   f"{here or gpus} GPUs: world size 1"))
 
 
+#: keys only a DeepSpeed config has at its top
+DEEPSPEED_KEYS = {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu"}
+
+
 def _argparse_refuses(script, name: str, value: object) -> str:
     """Why the script's own argparse would refuse ``--name value`` (its ``add_argument(type=..., choices=...)``),
     or "": argparse converts the string with the type, then checks the result against the choices
@@ -330,11 +334,26 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
                                                       title="The config file the line names does not exist"))
         else:
             values = _read_mapping(found)
-            _check_tool_yaml(launch, values, found)
-            for name, value in values.items():
-                settings.put(name, value, f"{launch.tool_config} {name}")
+            if launch.tool is None and set(values) & DEEPSPEED_KEYS:
+                # a plain script given a DeepSpeed config as its argument (json.load(open(sys.argv[1])))
+                plan.deepspeed = str(found)
+                plan.deepspeed_source = f"{launch.tool_config} (the script's argument: a DeepSpeed config)"
+            else:
+                _check_tool_yaml(launch, values, found)
+                for name, value in values.items():
+                    settings.put(name, value, f"{launch.tool_config} {name}")
             if how:
                 plan.notes.append(f"{launch.tool_config}: {how}")
+    if plan.script is not None and plan.script.argv_positional and launch.launcher == "deepspeed" and \
+            "local_rank" not in plan.script.defaults and "local_rank" not in plan.script.arguments:
+        from dsdoctor.checks.environment.rules import ENV331
+
+        plan.problems.append(ENV331.finding(
+            f"{plan.script.argv_positional}, and the deepspeed launcher starts each rank as `python -u "
+            f"{launch.script} --local_rank=N {' '.join(launch.script_args + ([launch.tool_config] if launch.tool_config else []))[:80]}`"
+            f": sys.argv[1] is '--local_rank=N'",
+            fix="Read the arguments with argparse and declare --local_rank (parser.add_argument('--local_rank', "
+                "type=int, default=-1)), or launch with torchrun, which passes LOCAL_RANK in the environment."))
     if launch.tool in ("llamafactory", "axolotl"):
         plan.kind, plan.kind_source = "trainer", f"{launch.tool} trains through the HF Trainer"
     pairs, loose = parse_script_args(launch.script_args)

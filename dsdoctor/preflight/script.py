@@ -62,6 +62,7 @@ class ScriptFacts:
     #: argument name -> (int or float or None, the choices or None, "path:line add_argument(...)"): what argparse
     #: converts and checks a value of the line against
     arguments: dict[str, tuple[object, object, str]] = field(default_factory=dict)
+    argv_positional: str = ""  # where the script reads sys.argv[1] (or later) itself: "path:line sys.argv[1]"
     syntax_error: str = ""  # why the script does not parse (the run would stop at once)
     notes: list[str] = field(default_factory=list)
 
@@ -220,6 +221,16 @@ class _Reader(ast.NodeVisitor):
                 self.facts.defaults[dest] = (default, self.where(node, f"add_argument({strings[0]!r})"))
         elif action == "store_true":
             self.facts.defaults[dest] = (False, self.where(node, f"add_argument({strings[0]!r}, store_true)"))
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        """``sys.argv[1]`` (or a later index, or a slice from 1): the script reads its arguments by position."""
+        value, index = node.value, node.slice
+        if isinstance(value, ast.Attribute) and value.attr == "argv" and isinstance(value.value, ast.Name) and \
+                value.value.id == "sys" and not self.facts.argv_positional:
+            first = index.lower if isinstance(index, ast.Slice) else index
+            if isinstance(first, ast.Constant) and isinstance(first.value, int) and first.value >= 1:
+                self.facts.argv_positional = self.where(node, f"sys.argv[{first.value}]")
+        self.generic_visit(node)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         """``NAME = literal`` anywhere (a module constant, ``model_name = "..."`` in ``train()``), usable by a later
