@@ -1074,3 +1074,16 @@ def test_an_option_the_method_does_not_read_is_said_not_silently_dropped(runner)
     data, _ = run_json(runner, "--model", "qwen3-8b", "--method", "lora", "--lora-r", "4", "--gpus", "8",
                        "--gpu-mem", "80")
     assert not [n for n in data["result"]["notes"] if "not used with" in n]
+
+
+def test_with_no_gpu_given_a_card_within_the_band_is_a_warning_not_fits_every_card(runner):
+    """A new user's trial: 22.64 GiB per GPU was "fits every card listed" (MEM500) beside an RTX 4090's 23.99 GiB
+    (94%), where `--gpu "RTX 4090"` gives MEM502. Side by side, a card within the band is now MEM502 too."""
+    data, _ = run_json(runner, "--model", "qwen2.5-7b", "--method", "lora", "--lora-r", "16", "--lora-targets",
+                       "q_proj,k_proj,v_proj,o_proj", "--seq-len", "2048", "--zero", "3", "--offload-optimizer", "cpu",
+                       "--offload-param", "cpu", "--no-grad-ckpt", "--gpus", "8")
+    mem = {f["id"]: f for f in data["findings"] if f["id"].startswith("MEM5")}
+    assert "MEM500" not in mem and mem["MEM502"]["severity"] == "warning"
+    assert "GeForce RTX 4090 (23.99 GiB)" in mem["MEM502"]["evidence"] and "MEM511" not in mem
+    small, _ = run_json(runner, "--model", "qwen3-0.6b", "--method", "lora", "--gpus", "8")
+    assert [f["id"] for f in small["findings"] if f["id"].startswith("MEM50")] == ["MEM500"]

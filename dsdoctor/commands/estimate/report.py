@@ -423,7 +423,7 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
 
     cards = common_cards()
     cache: dict = {}
-    fits_by_card, best, max_micro = {}, {}, {}
+    fits_by_card, best, max_micro, kinds = {}, {}, {}, {}
     rows = []
     for card in cards:
         size = card.memory_bytes
@@ -432,6 +432,7 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
         rates, _ = rates_for(card)
         # a card the estimate exceeds is NO here, even within TIGHT above it (one named GPU then gets MEM502)
         kind = "no" if not fits_by_card[card.name] else mem.verdict(est.total, size, setup)
+        kinds[card.name] = kind
         found = mem.search(setup, size, rates, limit=1, cache=cache, host_bytes=host_bytes) \
             if kind != "fits" else []
         best[card.name] = found[0] if found and found[0]["fits"] else None
@@ -455,9 +456,16 @@ def _common_cards(report: Report, setup, est, result: dict, host_bytes: int | No
                           ["card (NVML memory)", "fits", "headroom GiB", "max micro batch", "fastest setup that fits"],
                           rows))
     too_small = [c for c in cards if not fits_by_card[c.name]]
+    tight = [c for c in cards if kinds[c.name] == "tight"]
+    if tight:  # fits by the estimate, but within its error of those cards (a named GPU gets the same MEM502)
+        report.add(mem.MEM502.finding(
+            f"{gib(est.total)} GiB per GPU: within {mem.band_below(setup):.0%} of "
+            + ", ".join(f"{c.label} ({est.total / c.memory_bytes:.0%})" for c in tight)
+            + ": the run may or may not fit there"))
     if not too_small:
-        report.add(mem.MEM500.finding(f"{gib(est.total)} GiB per GPU: fits every card listed "
-                                      f"({', '.join(c.label for c in cards)})", title="fits on every card listed"))
+        if not tight:
+            report.add(mem.MEM500.finding(f"{gib(est.total)} GiB per GPU: fits every card listed "
+                                          f"({', '.join(c.label for c in cards)})", title="fits on every card listed"))
     elif len(too_small) == len(cards):
         largest = max(cards, key=lambda c: c.memory_bytes)
         rescue = [c.name for c in cards if best[c.name]]
