@@ -613,3 +613,25 @@ def test_a_deepspeed_config_given_as_the_scripts_argument_and_read_from_sys_argv
     code, report, err = preflight("--no-data", "--gpu", "A100-80GB", "--", "torchrun", "--nproc_per_node", "2",
                                   "tiny.py", "c.json", cwd=tmp_path)
     assert report is not None and "ENV331" not in [f["id"] for f in report["findings"]]
+
+
+def test_a_misspelled_lora_target_in_the_script_is_named_and_the_memory_still_estimated(tmp_path):
+    """A new user's trial: LoraConfig(target_modules=['q_proj', 'v_proj', 'gate_prj']) left only "[estimate] not run"
+    with a generic fix. peft skips gate_prj silently and trains q_proj and v_proj: LOG803 (a warning) says so, and the
+    memory is estimated for the targets peft wraps."""
+    (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto",
+                                                  "zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}))
+    (tmp_path / "sft.py").write_text(
+        "from transformers import AutoModelForCausalLM, Trainer, TrainingArguments\n"
+        "from peft import LoraConfig, get_peft_model\n"
+        "model = AutoModelForCausalLM.from_pretrained('qwen2.5-7b')\n"
+        "model = get_peft_model(model, LoraConfig(r=8, target_modules=['q_proj', 'v_proj', 'gate_prj']))\n"
+        "args = TrainingArguments(output_dir='o', per_device_train_batch_size=4, bf16=True, deepspeed='ds.json')\n"
+        "Trainer(model=model, args=args).train()\n")
+    code, report, err = preflight("--no-data", "--gpus", "4", "--gpu", "A100-80GB", "--", "torchrun",
+                                  "--nproc_per_node", "4", "sft.py", cwd=tmp_path)
+    assert report is not None, err
+    (log803,) = [f for f in report["findings"] if f["id"] == "LOG803"]
+    assert log803["severity"] == "warning" and "peft would silently skip it and train q_proj,v_proj alone" in \
+        log803["evidence"] and log803["evidence"].startswith("sft.py:4 LoraConfig(target_modules=...)")
+    assert report["result"]["estimate"]["setup"]["lora_targets"] == ["q_proj", "v_proj"]

@@ -70,11 +70,16 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
 
 
 def _refuse_unknown(arch: Arch, targets: tuple[str, ...], names: list[str]) -> None:
+    """Refuse LoRA targets no module has. peft refuses only when none matches (``tuners_utils.py``), so beside
+    targets that match, an unknown one is silently skipped: the message says which train alone."""
     unknown = [t for t in targets if not any(_matches(n, (t,)) for n in names) and t != "lm_head"]
     if unknown:
         leaves = list(dict.fromkeys(n.split(".")[-1] for n in names))
+        known = [t for t in targets if t not in unknown]
         raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a module peft can wrap in {arch.name} "
-                            f"({arch.model_type}); its modules: {', '.join(leaves)} (or all-linear)")
+                            f"({arch.model_type}); its modules: {', '.join(leaves)} (or all-linear)"
+                            + (f"; peft would silently skip {'it' if len(unknown) == 1 else 'them'} and train "
+                               f"{','.join(known)} alone" if known else ""))
 
 
 def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: tuple[str, ...] | None = None,
@@ -136,9 +141,7 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
                 if known and not fused and peft_lora_params(arch.config, known, lora_r, lora_dropout) == counted:
                     # peft wrapped nothing for the other names: it refuses only when no target at all matches
                     # (tuners_utils.py), so a misspelled one is silently skipped and trains less than asked
-                    raise DsdoctorError(f"{refused}; peft would silently skip "
-                                        f"{'it' if len(targets) - len(known) == 1 else 'them'} and train "
-                                        f"{','.join(known)} alone") from None
+                    raise refused from None
                 return counted
             return sum(count * lora_r * sum(n for m, n in modules.items() if _matches(m, targets))
                        for count, modules in peft_counts) + head

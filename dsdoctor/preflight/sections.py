@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -253,6 +254,7 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
         else:
             ckpt, ckpt_source = False, "not given: off (TrainingArguments' default; no gradient_checkpointing_enable())"
     targets = s.value("lora_target")
+    targets_source = s.get("lora_target").source if s.get("lora_target") is not None else "the LoRA targets"
     if as_bool(s.value("lora_target_linear")):
         targets = "all-linear"
     if isinstance(targets, (list, tuple)):
@@ -290,14 +292,34 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
     if plan.world_size is None:
         return [rules.PRE002.finding(f"estimate: not run: the world size is unknown ({plan.world_source})",
                                      title="[estimate] not run", fix="Give --gpus N (GPUs per node).")], None, inputs
-    try:
-        report = run_estimate(
+    def estimate_with(lora_targets):
+        return run_estimate(
             model.value, zero if zero is not None and 0 <= zero <= 3 else 2, "none", "none", method, rank or 8,
-            targets if isinstance(targets, str) else None, 0.05,
+            lora_targets, 0.05,
             _int_setting(plan, "freeze_trainable_layers")[0] or 2, _int_setting(plan, "pre_seq_len")[0] or 16,
             plan.gpus_per_node, plan.nodes, micro or 1, seq_len or 1024, bool(ckpt), precision or "bf16",
             plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
             launch="trainer" if plan.kind == "trainer" else "engine")
+
+    skipped: list[Finding] = []
+    try:
+        try:
+            report = estimate_with(targets if isinstance(targets, str) else None)
+        except DsdoctorError as exc:
+            # a LoRA target beside others that match: peft skips it silently (tuners_utils.py refuses only when
+            # none matches), so the run trains the others: said, and the memory estimated for what peft wraps
+            unknown = re.match(r"--lora-targets ([\w.,-]+): ", str(exc))
+            if method != "lora" or unknown is None or "peft would silently skip" not in str(exc):
+                raise
+            names = [t for t in str(targets).split(",") if t.strip() and t.strip() not in unknown.group(1).split(",")]
+            from dsdoctor.checks.logs.rules import LOG803
+
+            skipped.append(LOG803.finding(
+                f"{targets_source}: {str(exc)}", severity="warning",
+                title="[estimate] a LoRA target matches no module: peft skips it and trains the others",
+                fix=f"Correct or remove {unknown.group(1)} (the model's modules are in the evidence); the memory "
+                    f"below is for {','.join(names)}."))
+            report = estimate_with(",".join(names))
     except DsdoctorError as exc:
         local = (plan.workdir / Path(model.value).expanduser())
         if local.exists() and "remote code" not in str(exc):
@@ -307,7 +329,7 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
                                          fix="Fix the model directory: from_pretrained reads its config.json the "
                                              "same way (python -m json.tool MODEL/config.json).")], None, inputs
         return [rules.PRE002.finding(f"estimate: {exc}", title="[estimate] not run")], None, inputs
-    findings = [_titled(f, "estimate") for f in report.findings]
+    findings = skipped + [_titled(f, "estimate") for f in report.findings]
     quantized = quantized_base(plan)
     if quantized:  # the estimate counts a 16-bit base: an upper bound, not a verdict
         findings = [Finding(f.id, "info" if f.severity in ("error", "warning") and f.id.startswith("MEM") else f.severity,
