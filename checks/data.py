@@ -16,11 +16,13 @@ DATA701 = rule(
     example="line 17: prompt 300 tokens with --seq-len 256")
 DATA702 = rule(
     "DATA702", "error", "Malformed dataset",
-    what="A line is not JSON, lacks 'instruction' or 'output', has a non-string value, the file is not UTF-8 "
-         "text, or it is one JSON array instead of JSON lines.",
+    what="A record is not JSON, lacks its format's fields (instruction/output, prompt/response, or messages with "
+         "a user turn before an assistant turn), has a non-string value, or the file is not UTF-8 text.",
     why="The run would crash later, or train on nothing.",
-    fix="Write one JSON object per line: {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}.",
-    source="the alpaca format (instruction/input/output)")
+    fix="Give every record one format's fields, as the evidence names for each line: alpaca {\"instruction\": ..., "
+        "\"input\": ... (optional), \"output\": ...}; prompt/response; or {\"messages\": [{\"role\": \"user\", "
+        "\"content\": ...}, {\"role\": \"assistant\", \"content\": ...}]} (ShareGPT's conversations/from/value too).",
+    source="the alpaca, prompt/response, messages and ShareGPT formats (LLaMA-Factory data/README.md)")
 DATA703 = rule(
     "DATA703", "error", "Fewer samples than one global micro batch",
     what="The dataset has fewer samples than micro batch x world size, so no rank gets a full batch.",

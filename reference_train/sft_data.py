@@ -25,7 +25,22 @@ from dataclasses import dataclass
 CHATGLM_TEMPLATE = "问：{instruction}\n答："
 #: ShareGPT's speaker names -> chat roles
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system",
-                  "chatgpt": "assistant", "bing": "assistant", "bard": "assistant"}
+                  "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
+                  # a tool's or function's output (OpenAI's "tool"/"function", LLaMA-Factory's sharegpt "observation"):
+                  # context the model reads, never an answer it learns
+                  "tool": "user", "function": "user", "observation": "user", "function_call": "assistant"}
+
+
+def _content_text(turn: dict):
+    """A turn's text: a string; OpenAI's list of content parts (the "text" parts joined; images and other parts
+    carry no text here); or, for an assistant turn that only calls tools (content null), the calls as JSON, which
+    is about what a chat template renders. Anything else is returned as it is, for the caller to refuse."""
+    content = turn.get("content", turn.get("value"))
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(str(p.get("text", "")) for p in content if p.get("type", "text") == "text")
+    if content is None and turn.get("tool_calls"):
+        return json.dumps(turn["tool_calls"], ensure_ascii=False)
+    return content
 #: at most this many problems are listed (the count says how many there are)
 SHOWN_PROBLEMS = 5
 
@@ -90,7 +105,7 @@ def parse_row(row, line: int) -> tuple[Record | None, list[str]]:
             if not isinstance(turn, dict):
                 return None, [f"{key}[{i}] is a JSON {_kind(turn)}, not an object"]
             role = turn.get("role", turn.get("from"))
-            content = turn.get("content", turn.get("value"))
+            content = _content_text(turn)
             role = SHAREGPT_ROLES.get(role, role) if isinstance(role, str) else role
             if role not in ("system", "user", "assistant"):
                 return None, [f"{key}[{i}] has role {role!r}; expected system, user or assistant (or ShareGPT's "

@@ -315,3 +315,21 @@ def test_a_binary_file_is_data702(tokenizer, tmp_path):
     with pytest.raises(train.SetupError) as err:
         train.build_dataset(str(binary), tokenizer, "auto", 256)
     assert err.value.rule == "DATA702" and "not UTF-8 text (byte 0)" in str(err.value)
+
+
+def test_openai_style_turns_are_read_not_called_malformed():
+    """A new user's trial: content given as a list of parts, an assistant turn that only calls a tool (content
+    null, tool_calls) and a tool's reply were DATA702. They are read: the text parts joined, the call as its JSON,
+    the tool's reply as context; the last assistant turn is the answer."""
+    from dsdoctor.reference_train.sft_data import parse_row
+
+    row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is "}, {"type": "image"},
+                                                     {"type": "text", "text": "2+2?"}]},
+                        {"role": "assistant", "content": None,
+                         "tool_calls": [{"type": "function", "function": {"name": "calc", "arguments": "2+2"}}]},
+                        {"role": "tool", "content": "4"},
+                        {"role": "assistant", "content": "It is 4."}]}
+    record, problems = parse_row(row, 1)
+    assert problems == [] and record.answer == "It is 4."
+    assert record.prompt[0] == ("user", "What is 2+2?") and record.prompt[2] == ("user", "4")
+    assert '"name": "calc"' in record.prompt[1][1] and record.prompt[1][0] == "assistant"
