@@ -635,3 +635,15 @@ def test_a_misspelled_lora_target_in_the_script_is_named_and_the_memory_still_es
     assert log803["severity"] == "warning" and "peft would silently skip it and train q_proj,v_proj alone" in \
         log803["evidence"] and log803["evidence"].startswith("sft.py:4 LoraConfig(target_modules=...)")
     assert report["result"]["estimate"]["setup"]["lora_targets"] == ["q_proj", "v_proj"]
+
+
+def test_a_verdict_without_check_and_estimate_says_it_is_inconclusive(tmp_path):
+    """A new user's trial: a line whose config and model preflight could not find was "GO with warnings", as if the
+    config and the memory had been checked. The verdict now says it is inconclusive, and why."""
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    code, report, err = preflight("--no-data", "--gpus", "2", "--", "torchrun", "--nproc_per_node", "2", "train.py",
+                                  cwd=tmp_path)
+    assert report is not None, err
+    (verdict,) = [f for f in report["findings"] if f["id"] == "PRE001"]
+    assert verdict["title"] == "GO with warnings (inconclusive)"
+    assert "inconclusive: check and estimate did not run" in verdict["evidence"]

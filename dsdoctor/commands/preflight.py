@@ -133,10 +133,15 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
             first.append(f)
     fixes = " ".join(f"{i}. {f.id}: {f.fix}" for i, f in enumerate(first[:6], start=1))
     report = Report("preflight")
+    # without check and estimate, a GO says nothing of the config or the memory: inconclusive, and why
+    unrun = [name for name in ("check", "estimate") if any(f.id == "PRE002" and f.title == f"[{name}] not run"
+                                                           for f in ranked)]
+    said = (f"; inconclusive: {' and '.join(unrun)} did not run (their PRE002 says why), so the verdict says nothing "
+            f"of the DeepSpeed config and the memory" if len(unrun) == 2 and not blocking else "")
     report.add(rules.PRE001.finding(
         f"{verdict}: {len(blocking)} blocking, {len(warnings)} warning(s)"
-        + (f"; fix first: {', '.join(f.id for f in first[:6])}" if first else ""),
-        severity=severity, title=verdict, fix=fixes))
+        + (f"; fix first: {', '.join(f.id for f in first[:6])}" if first else "") + said,
+        severity=severity, title=verdict + (" (inconclusive)" if said else ""), fix=fixes))
     for finding in [f for f in ranked if f.severity in ("error", "warning")]:
         report.add(finding)
     report.add(summary)
