@@ -36,10 +36,11 @@ from .lines import (ANSI, CLOCK, EXCEPTION_NAME, HOST_FOLLOWER, LINE_CHARS, PREF
 from .context import DS_SETTING, RunContext, localize, run_context
 from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG807, LOG808, LOG809, LOG810, LOG811, LOG812
 from .toolchain import ARCH_LIST, COMPILER_ERROR
-from .signatures import (GIB, LAUNCHER, MAX_WORLD, NCCL_USING,
-                         NEEDLES, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED,
-                         PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, STORE_RETRY,
-                         WORLD_SIZE, Match, Signature)
+from .evidence import MAX_WORLD
+from .network import NCCL_USING, STORE_RETRY, WORLD_SIZE
+from .signatures import (GIB, LAUNCHER, NEEDLES, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL,
+                         OOM_TRIED, PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, Match,
+                         Signature)
 
 __all__ = [
     "LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807", "LOG808", "LOG809", "LOG810", "LOG811", "LOG812",

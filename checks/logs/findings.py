@@ -20,8 +20,9 @@ from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_ori
                      mentioned_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
+from .evidence import _int, _where
 from .signatures import (NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
-                         SURVIVABLE, _int, _signal_of, _silence, _where, candidates)
+                         SURVIVABLE, _signal_of, _silence, candidates)
 
 #: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
 STUCK_SIGNATURE = next(s for s in SIGNATURES if s.name == "loss-scale-stuck")
