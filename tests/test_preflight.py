@@ -541,22 +541,25 @@ def test_an_engine_loop_whose_line_and_config_give_two_micro_batches_is_told(tmp
 def test_a_master_port_bash_computes_is_read_and_an_unset_one_is_named(tmp_path):
     """A new user's trial: `--master_port $((29500 + RANDOM % 100))` (and `$(shuf ...)`) made preflight exit 2 ("deepspeed
     would refuse this line"); bash turns both into a number. Now: read as one word, not checked (info). A
-    `$MASTER_PORT` that neither the line, the script nor this shell sets is NET401, named as unset."""
+    `$MASTER_PORT` that neither the line, the script nor this shell sets is NET401, named as unset; with a default
+    (`${MASTER_PORT:-29531}`) bash passes the default."""
     (tmp_path / "ds.json").write_text(json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization":
                                                   {"stage": 2}}))
     (tmp_path / "train.py").write_text("import deepspeed\n")
     seen = {}
-    for port in ("$((29500 + RANDOM % 100))", "$(shuf -i 20000-30000 -n 1)", "$MASTER_PORT"):
+    for port in ("$((29500 + RANDOM % 100))", "$(shuf -i 20000-30000 -n 1)", "$MASTER_PORT", "${MASTER_PORT:-29531}"):
         code, report, err = preflight("--gpu", "A100-80GB", "--no-data", "--",
                                       f"deepspeed --num_gpus 2 --master_port {port} train.py --deepspeed ds.json",
                                       cwd=tmp_path)
         assert report is not None, err
-        assert report["result"]["plan"]["launch"]["options"]["master_port"] == port
+        assert report["result"]["plan"]["launch"]["options"]["master_port"] == port.replace("${MASTER_PORT:-29531}",
+                                                                                         "29531")
         seen[port] = [(f["id"], f["title"]) for f in report["findings"]
                       if f["id"] == "NET401" or f["title"] == "[env] master port not checked"]
     assert seen["$((29500 + RANDOM % 100))"] == [("PRE002", "[env] master port not checked")]
     assert seen["$(shuf -i 20000-30000 -n 1)"] == [("PRE002", "[env] master port not checked")]
     assert seen["$MASTER_PORT"] == [("NET401", "[env] the master port's variable is unset")]
+    assert seen["${MASTER_PORT:-29531}"] == []  # bash passes the default: a port like any other
 
 
 def test_the_host_ram_check_counts_the_launch_lines_ranks_per_node(tmp_path):

@@ -104,9 +104,9 @@ def describe(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, st
         "every one before launch."
     top = _misplaced_top_level(fields)
     if top:
-        fix = (f"{', '.join(repr(k) for k in top)} {'is a top-level section' if len(top) == 1 else 'are top-level sections'}"
-               f" of the DeepSpeed config, not a key of the section that refused it: move it out to the top level. "
-               + fix[0].upper() + fix[1:])
+        sections = "is a top-level section" if len(top) == 1 else "are top-level sections"
+        fix = (f"{', '.join(repr(k) for k in top)} {sections} of the DeepSpeed config, not a key of the section "
+               f"that refused it: move it out to the top level. " + fix[0].upper() + fix[1:])
     since = _float_refused_since() if any(f["type"] == "int_from_float" for f in fields) else ""
     rules = {f["rule"] for f in fields}
     # every field for one rule of check's: the finding is that rule's (a float for an int field is DS137)

@@ -185,8 +185,8 @@ def _two_micro_batches(plan, rules) -> list:
     if plan.kind != "engine" or micro is None or not plan.deepspeed_has("train_micro_batch_size_per_gpu"):
         return []
     config = loaded_json(plan.deepspeed)["train_micro_batch_size_per_gpu"]
-    if int(config) == micro or "default " in where:
-        return []
+    if int(config) == micro or plan.settings.get("micro_batch").source.startswith("default "):
+        return []  # the same value, or only the script's own default (the line gives none)
     return [rules.PRE022.finding(f"{where}: {micro}; {Path(plan.deepspeed).name} train_micro_batch_size_per_gpu: "
                                  f"{config}; the memory estimate uses {micro}")]
 

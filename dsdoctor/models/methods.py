@@ -69,17 +69,26 @@ def _matches(name: str, targets: tuple[str, ...]) -> bool:
     return any(name == t or name.endswith("." + t) for t in targets)
 
 
+class UnknownLoraTargets(DsdoctorError):
+    """LoRA targets that no module of the model has. ``unknown``: those names; ``known``: the other targets, which
+    peft trains alone when there are any (it refuses only when no target matches: ``tuners_utils.py``)."""
+
+    def __init__(self, message: str, unknown: tuple[str, ...], known: tuple[str, ...]):
+        super().__init__(message)
+        self.unknown, self.known = unknown, known
+
+
 def _refuse_unknown(arch: Arch, targets: tuple[str, ...], names: list[str]) -> None:
-    """Refuse LoRA targets no module has. peft refuses only when none matches (``tuners_utils.py``), so beside
-    targets that match, an unknown one is silently skipped: the message says which train alone."""
-    unknown = [t for t in targets if not any(_matches(n, (t,)) for n in names) and t != "lm_head"]
+    """Raise UnknownLoraTargets for targets no module has; beside targets that match, the message says that peft
+    would silently skip them and train the others alone."""
+    unknown = tuple(t for t in targets if not any(_matches(n, (t,)) for n in names) and t != "lm_head")
     if unknown:
         leaves = list(dict.fromkeys(n.split(".")[-1] for n in names))
-        known = [t for t in targets if t not in unknown]
-        raise DsdoctorError(f"--lora-targets {','.join(unknown)}: not a module peft can wrap in {arch.name} "
-                            f"({arch.model_type}); its modules: {', '.join(leaves)} (or all-linear)"
-                            + (f"; peft would silently skip {'it' if len(unknown) == 1 else 'them'} and train "
-                               f"{','.join(known)} alone" if known else ""))
+        known = tuple(t for t in targets if t not in unknown)
+        raise UnknownLoraTargets(f"--lora-targets {','.join(unknown)}: not a module peft can wrap in {arch.name} "
+                                 f"({arch.model_type}); its modules: {', '.join(leaves)} (or all-linear)"
+                                 + (f"; peft would silently skip {'it' if len(unknown) == 1 else 'them'} and train "
+                                    f"{','.join(known)} alone" if known else ""), unknown, known)
 
 
 def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: tuple[str, ...] | None = None,
@@ -137,7 +146,7 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
                     if fused or "not found in the base model" not in str(exc):
                         raise  # peft knows the names and refuses them for its own reason: its words
                     raise DsdoctorError(f"{refused} ({str(exc).split(': ', 2)[-1]})") from None
-                known = tuple(t for t in targets if any(_matches(n, (t,)) for n in names) or t == "lm_head")
+                known = getattr(refused, "known", ())
                 if known and not fused and peft_lora_params(arch.config, known, lora_r, lora_dropout) == counted:
                     # peft wrapped nothing for the other names: it refuses only when no target at all matches
                     # (tuners_utils.py), so a misspelled one is silently skipped and trains less than asked

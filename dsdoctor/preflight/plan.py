@@ -20,6 +20,7 @@ World size follows each launcher's own rules:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -348,10 +349,10 @@ def build_plan(launch: Launch, workdir: Path, sets: list[tuple[str, object]], gp
             "local_rank" not in plan.script.defaults and "local_rank" not in plan.script.arguments:
         from dsdoctor.checks.environment.rules import ENV331
 
+        args = " ".join(([launch.tool_config] if launch.tool_config else []) + launch.script_args)[:80]
         plan.problems.append(ENV331.finding(
             f"{plan.script.argv_positional}, and the deepspeed launcher starts each rank as `python -u "
-            f"{launch.script} --local_rank=N {' '.join(launch.script_args + ([launch.tool_config] if launch.tool_config else []))[:80]}`"
-            f": sys.argv[1] is '--local_rank=N'",
+            f"{launch.script} --local_rank=N {args}`: sys.argv[1] is '--local_rank=N'",
             fix="Read the arguments with argparse and declare --local_rank (parser.add_argument('--local_rank', "
                 "type=int, default=-1)), or launch with torchrun, which passes LOCAL_RANK in the environment."))
     if launch.tool in ("llamafactory", "axolotl"):
@@ -434,6 +435,18 @@ def _check_tool_yaml(launch: Launch, values: dict, path: Path) -> None:
 
 
 def loaded_json(path: str) -> dict | None:
+    """The JSON object in ``path``, or None (unreadable, not JSON, not an object). The sections ask for the run's
+    DeepSpeed config many times: it is read once while the file is unchanged (its size and mtime). Do not modify
+    what it returns."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return _loaded_json(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _loaded_json(path: str, mtime_ns: int, size: int) -> dict | None:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):

@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 from dsdoctor.preflight.plan import Plan
@@ -130,6 +127,9 @@ def _int_setting(plan: Plan, key: str) -> tuple[int | None, str]:
 
 #: another command's flags that a section's fix may name, as preflight says them
 _FLAGS = {"(then say --client-optimizer)": "(preflight sees it in the script's deepspeed.initialize(optimizer=...))",
+          # a script's line runs here, with the transformers installed here (HF205 judges its TrainingArguments by
+          # it); a tool (LLaMA-Factory, axolotl) may pin another: the version stays unknown there
+          "--transformers installed": "installed here, where the line runs",
           "Give --transformers X.Y": "Check which transformers the tool installs (preflight judges a script's line "
                                      "by the one installed here; a tool pins its own)",
           "give --transformers X.Y": "check which transformers the tool installs",
@@ -154,13 +154,7 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
     from dsdoctor.commands.check import run_check
 
     ds = plan.settings.get("deepspeed")
-    config_path = plan.deepspeed
-    temporary = None
-    if config_path is None and ds is not None and isinstance(ds.value, dict):
-        temporary = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-        json.dump(ds.value, temporary)
-        temporary.close()
-        config_path = temporary.name
+    config_path = plan.deepspeed  # a dict literal of the script's too: build_plan wrote it to a file
     if config_path is None:
         why = ("the config file is missing (see PRE014)" if ds is not None and isinstance(ds.value, str) and
                ds.value.strip() else f"{ds.name} is {ds.value!r} ({ds.source}): the script builds its config in code"
@@ -186,14 +180,7 @@ def check_section(plan: Plan, gpu: str | None, model: str | None, rules,
         return [rules.PRE002.finding(f"check: not run: {exc}", title="[check] not run",
                                      fix="Correct what the evidence names (the [estimate] section says the same of "
                                          "the model).")], None
-    finally:
-        if temporary is not None:
-            Path(temporary.name).unlink(missing_ok=True)
-    # a script's line runs here, with the transformers installed here (HF205 judges its TrainingArguments by it); a
-    # tool (LLaMA-Factory, axolotl) may pin another: the version stays unknown there
-    here = [replace(f, evidence=f.evidence.replace("(--transformers installed)", "(installed here, where the line "
-                                                                                  "runs)")) for f in report.findings]
-    return [_titled(f, "check") for f in here], report.result
+    return [_titled(f, "check") for f in report.findings], report.result
 
 
 def _bf16_gpu(gpu: str | None, gpu_cc: str | None) -> bool | None:
@@ -301,25 +288,25 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
             plan.deepspeed, gpu_mem, None, False, explicit, grad_accum=accum or 1, gpu=gpu, gpu_cc=gpu_cc,
             launch="trainer" if plan.kind == "trainer" else "engine")
 
+    from dsdoctor.models.methods import UnknownLoraTargets
+
     skipped: list[Finding] = []
     try:
         try:
             report = estimate_with(targets if isinstance(targets, str) else None)
-        except DsdoctorError as exc:
+        except UnknownLoraTargets as exc:
             # a LoRA target beside others that match: peft skips it silently (tuners_utils.py refuses only when
             # none matches), so the run trains the others: said, and the memory estimated for what peft wraps
-            unknown = re.match(r"--lora-targets ([\w.,-]+): ", str(exc))
-            if method != "lora" or unknown is None or "peft would silently skip" not in str(exc):
+            if not exc.known:
                 raise
-            names = [t for t in str(targets).split(",") if t.strip() and t.strip() not in unknown.group(1).split(",")]
             from dsdoctor.checks.logs.rules import LOG803
 
             skipped.append(LOG803.finding(
-                f"{targets_source}: {str(exc)}", severity="warning",
+                f"{targets_source}: {exc}", severity="warning",
                 title="[estimate] a LoRA target matches no module: peft skips it and trains the others",
-                fix=f"Correct or remove {unknown.group(1)} (the model's modules are in the evidence); the memory "
-                    f"below is for {','.join(names)}."))
-            report = estimate_with(",".join(names))
+                fix=f"Correct or remove {','.join(exc.unknown)} (the model's modules are in the evidence); the "
+                    f"memory below is for {','.join(exc.known)}."))
+            report = estimate_with(",".join(exc.known))
     except DsdoctorError as exc:
         local = (plan.workdir / Path(model.value).expanduser())
         if local.exists() and "remote code" not in str(exc):
@@ -332,7 +319,8 @@ def estimate_section(plan: Plan, gpu: str | None, rules, gpu_cc: str | None = No
     findings = skipped + [_titled(f, "estimate") for f in report.findings]
     quantized = quantized_base(plan)
     if quantized:  # the estimate counts a 16-bit base: an upper bound, not a verdict
-        findings = [Finding(f.id, "info" if f.severity in ("error", "warning") and f.id.startswith("MEM") else f.severity,
+        findings = [Finding(f.id, "info" if f.severity in ("error", "warning") and f.id.startswith("MEM")
+                            else f.severity,
                             f.title + (" (upper bound: the base counted at 16 bits)" if f.id.startswith("MEM") else ""),
                             f.evidence, f.fix, f.source) for f in findings]
         findings.append(rules.PRE002.finding(
@@ -363,25 +351,24 @@ def env_section(plan: Plan, model: str | None, method: str, rules, other_machine
     addr = opts.get("master_addr") or opts.get("main_process_ip") or plan.launch.env.get("MASTER_ADDR")
     node_rank = str(opts.get("node_rank") or opts.get("machine_rank") or plan.launch.env.get("NODE_RANK")
                     or plan.launch.env.get("RANK") or "0")
-    from dsdoctor.preflight.cmdline import _SUBSTITUTION, _VAR
+    from dsdoctor.preflight.cmdline import _SUBSTITUTION, _VAR, _substitute
 
-    if port and _VAR.fullmatch(str(port)) and os.environ.get(str(port).strip("${}").split(":-")[0]):
-        port = os.environ[str(port).strip("${}").split(":-")[0]]  # this shell's value, as bash would pass it
+    if port and _VAR.fullmatch(str(port)):  # left by the text's own assignments: as bash passes it from this shell
+        port = _substitute(str(port), dict(os.environ))  # (its value, else the ${VAR:-default})
+    unset = _VAR.fullmatch(str(port)) if port else None
     if port and _SUBSTITUTION.search(str(port)):  # bash computes it when the line runs: nothing to check here
         findings.append(rules.PRE002.finding(f"env: the master port {port} is computed when the line runs: not "
                                              "checked", title="[env] master port not checked", severity="info",
                                              fix="Nothing to do; a port another job holds would show as NET401 "
                                                  "when it is a number."))
-    elif port and _VAR.fullmatch(str(port)) and not os.environ.get(str(port).strip("${}").split(":-")[0]):
-        # still a variable after the script's own assignments, and not in this shell's environment: unset
+    elif unset:  # neither the text, this shell nor a default sets it
         from dsdoctor.checks.network import NET401
 
+        name = unset.group(1) or unset.group(3)
         findings.append(NET401.finding(
-            f"--master_port {port}: the line and its script never set {port.strip('${}').split(':-')[0]}, so bash "
-            f"passes an empty word and the launcher takes the next word as the port",
-            title="[env] the master port's variable is unset",
-            fix=f"Set {port.strip('${}').split(':-')[0]} before the line (export MASTER_PORT=29501), or give the "
-                "port itself."))
+            f"--master_port {port}: the line and its script never set {name}, so bash passes an empty word and the "
+            f"launcher takes the next word as the port", title="[env] the master port's variable is unset",
+            fix=f"Set {name} before the line (export {name}=29501), or give the port itself."))
     elif port and node_rank == "0":  # the first node binds the rendezvous port
         found = master_port_finding({"MASTER_PORT": str(port)})
         if found is not None:
@@ -547,7 +534,8 @@ def probe_section(plan: Plan, files: list[Path], steps: int, out: Path, rules,
     ``dsdoctor smoke`` for ``steps`` optimizer steps on this machine with the run's model, method, DeepSpeed config,
     data, sequence length and micro batch, on every local GPU (2 CPU ranks without one), each as a subprocess;
     their findings, and the median step time of the second half of the steps (rank 0's ``metrics/rank0.jsonl``;
-    the first half warms the allocator and caches up), which the ETA then uses. A collective that fails stops the probe before the smoke."""
+    the first half warms the allocator and caches up), which the ETA then uses. A collective that fails stops the
+    probe before the smoke."""
     import statistics
     import subprocess
     import sys
