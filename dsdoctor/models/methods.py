@@ -133,8 +133,8 @@ def trainable_params(arch: Arch, method: str, *, lora_r: int = 8, lora_targets: 
                 if fused and arch.config.get("model_type"):
                     raise DsdoctorError(f"--lora-targets {','.join(fused)}: fused weights, not modules")
             except DsdoctorError as refused:
-                if not arch.config.get("model_type"):
-                    raise
+                if not arch.config.get("model_type") or not arch.experts:
+                    raise  # only a mixture of experts has weights peft maps by a name no module has
                 # a name no module has, which peft may still map (peft 0.21: gate_proj/up_proj/down_proj onto
                 # transformers 5's fused MoE experts), or a fused experts block, which it may refuse by name: peft
                 # itself decides, on the meta model
