@@ -37,3 +37,20 @@ def _reap_what_the_test_started(request):
                     os.kill(int(pid), signal.SIGTERM)
         except OSError:
             pass
+
+
+_SESSION_START = __import__("time").time()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Delete the DeepSpeed all-reduce segments this session's CPU runs left in /dev/shm (DeepSpeed never unlinks
+    them: ``dsdoctor/shm.py``): those created since the session started that no live process maps. Over many CI runs
+    they had filled this machine's RAM (272 segments, 18 GiB)."""
+    from dsdoctor.shm import deepspeed_segments
+
+    for segment in deepspeed_segments():
+        try:
+            if not segment.mapped and segment.path.stat().st_mtime >= _SESSION_START - 1:
+                segment.path.unlink()
+        except OSError:
+            pass

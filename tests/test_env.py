@@ -123,6 +123,36 @@ def test_gpus_processes_visible_devices_shm_memlock():
     assert "/dev/shm: 64 MiB" in found["ENV312"].evidence
 
 
+
+def test_stale_deepspeed_shm_segments_are_found_and_removed_but_not_a_live_runs(tmp_path):
+    """ENV336 on a fake /dev/shm and /proc: the segment a live process maps (port 29500's rank 0) is neither called
+    stale nor deleted, nor is its rank 1 beside it; the two of port 41571 are, and the fix deletes exactly them."""
+    from dsdoctor.shm import deepspeed_segments, remove_stale
+
+    shm, proc = tmp_path / "shm", tmp_path / "proc"
+    shm.mkdir()
+    (proc / "777").mkdir(parents=True)
+    for port in (29500, 41571):
+        for rank in (0, 1):
+            (shm / f"deepspeed_allreduce_buffer_0_127.0.0.1_{port}_{rank}").write_bytes(b"x" * 1000)
+    (shm / "deepspeed_allreduce_buffer_garbage").write_bytes(b"")  # not of DeepSpeed's format: ignored
+    (proc / "777" / "maps").write_text("7f00-7f10 rw-s 00000000 00:1a 42  /dev/shm/deepspeed_allreduce_buffer_0_"
+                                       "127.0.0.1_29500_0\n")
+    segments = deepspeed_segments(shm, proc)
+    assert [(s.port, s.rank, s.mapped) for s in segments] == [(29500, 0, True), (29500, 1, False), (41571, 0, False),
+                                                              (41571, 1, False)]
+    finding = diagnose({"host": {"dev_shm": 10_000, "deepspeed_shm": [s.to_dict() for s in segments]}})
+    found = {f.id: f for f in finding}
+    assert "2 DeepSpeed all-reduce segment(s)" in found["ENV336"].evidence and "(20% of" in found["ENV336"].evidence
+    assert found["ENV336"].fix == f"rm -f {shm}/deepspeed_allreduce_buffer_0_127.0.0.1_41571_*"
+    removed = remove_stale(port=41571, root=shm, proc=proc)
+    assert sorted(s.path.name for s in removed) == [f"deepspeed_allreduce_buffer_0_127.0.0.1_41571_{r}" for r in (0, 1)]
+    assert sorted(p.name for p in shm.iterdir()) == ["deepspeed_allreduce_buffer_0_127.0.0.1_29500_0",
+                                                     "deepspeed_allreduce_buffer_0_127.0.0.1_29500_1",
+                                                     "deepspeed_allreduce_buffer_garbage"]
+    assert "ENV336" not in {f.id for f in diagnose({"host": {"deepspeed_shm": [s.to_dict() for s in
+                                                                             deepspeed_segments(shm, proc)]}})}
+
 def test_known_bad_versions():
     base = {"torch": "2.0.0", "torch_cuda": "11.7"}
     assert ids({"versions": {**base, "deepspeed": "0.9.0", "accelerate": "0.18.0"}}) == ["ENV310"]

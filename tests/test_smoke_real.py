@@ -159,6 +159,12 @@ def test_deepspeed_launcher_runs_the_same_job_on_a_users_data_file(tmp_path):
     # greedy eval on a user's data uses the prompts of its first two samples
     first_two = [json.loads(line)["instruction"] for line in lines[:2]]
     assert [r["prompt"] for r in report["result"]["greedy_eval"]] == [f"问：{t}\n答：" for t in first_two]
+    # the deepspeed launcher sets LOCAL_SIZE, so DeepSpeed's CPU accelerator made one all-reduce segment per rank in
+    # /dev/shm and left them; smoke deleted this run's two
+    port = report["result"]["command"].split("--master_port ")[1].split()[0]
+    removed = report["result"]["shm_segments_removed"]
+    assert sorted(Path(p).name.rsplit("_", 2)[1:] for p in removed) == [[port, "0"], [port, "1"]]
+    assert not any(Path(p).exists() for p in removed)
 
 
 def test_a_killed_rank_is_named_and_nothing_is_left_behind(tmp_path):

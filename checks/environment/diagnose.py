@@ -11,7 +11,7 @@ from dsdoctor.report import Finding
 from .facts import _numbers, arch_list_problems
 from .rules import (ENV334, ENV301, ENV302, ENV303, ENV304, ENV305, ENV306, ENV307, ENV308, ENV309, ENV310, ENV311, ENV312,
                     ENV313, ENV314, ENV315, ENV316, ENV317, ENV318, ENV319, ENV320, ENV321, ENV322, ENV323, ENV325,
-                    ENV326, ENV327, ENV328, ENV329, ENV330, ENV333, GIB, KNOWN_BAD, THROTTLE_BAD)
+                    ENV326, ENV327, ENV328, ENV329, ENV330, ENV333, ENV336, GIB, KNOWN_BAD, THROTTLE_BAD)
 
 
 def _python_minor(versions: dict | None) -> str:
@@ -168,6 +168,9 @@ def diagnose(facts: dict, env: dict | None = None, live: bool = True) -> list[Fi
     if host is not None:
         if host.get("dev_shm") is not None and host["dev_shm"] < GIB:
             out.append(ENV312.finding(f"/dev/shm: {host['dev_shm'] / 2 ** 20:.0f} MiB"))
+        finding = stale_shm_finding(host.get("deepspeed_shm"), host.get("dev_shm"))
+        if finding is not None:
+            out.append(finding)
         if host.get("output_dir_free") is not None and host["output_dir_free"] < 50 * GIB:
             out.append(ENV325.finding(f"{host.get('output_dir')}: {host['output_dir_free'] / GIB:.1f} GiB free"))
         if host.get("memlock") is not None and host["memlock"] < 64 * GIB:
@@ -237,3 +240,28 @@ def paste_block(facts: dict) -> list[tuple[str, str]]:
         elif value is not None:
             rows.append((key, str(value)))
     return rows
+
+
+def stale_shm_finding(segments: list | None, dev_shm: int | None = None) -> Finding | None:
+    """ENV336 for the DeepSpeed all-reduce segments (``dsdoctor.shm.Segment.to_dict()`` each) that no live process
+    maps, or None. The fix deletes only the ports none of whose segments is mapped. ``dev_shm``: the size of /dev/shm
+    in bytes, for the share they take."""
+    from pathlib import Path
+
+    from dsdoctor.shm import Segment, removal_command
+
+    try:
+        segs = [Segment(**{**s, "path": Path(s["path"])}) for s in segments or [] if isinstance(s, dict)]
+    except (TypeError, KeyError):
+        return None
+    live_ports = {(s.addr, s.port) for s in segs if s.mapped}
+    stale = [s for s in segs if not s.mapped and (s.addr, s.port) not in live_ports]
+    if not stale:
+        return None
+    size = sum(s.size for s in stale)
+    share = f" ({size / dev_shm:.0%} of /dev/shm's {dev_shm / GIB:.1f} GiB)" if dev_shm else ""
+    ports = sorted({s.port for s in stale})
+    return ENV336.finding(f"/dev/shm: {len(stale)} DeepSpeed all-reduce segment(s) that no live process maps, "
+                          f"{size / GIB:.2f} GiB{share}, from {len(ports)} run(s) (MASTER_PORT "
+                          f"{', '.join(map(str, ports[:6]))}{', ...' if len(ports) > 6 else ''})",
+                          fix=removal_command(stale))

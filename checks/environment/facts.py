@@ -357,11 +357,14 @@ def collect(probe: Probe | None = None, sections: tuple[str, ...] = ("versions",
     if "host" in sections:
         import resource
 
+        from dsdoctor.shm import deepspeed_segments
+
         shm = _statvfs_bytes("/dev/shm")
         memlock = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
         facts["host"] = {"hostname": socket.gethostname(), "euid": os.geteuid(), "cores": os.cpu_count(),
                          "ram": host_ram_bytes(),
-                         "dev_shm": shm, "memlock": None if memlock == resource.RLIM_INFINITY else memlock,
+                         "dev_shm": shm, "deepspeed_shm": [seg.to_dict() for seg in deepspeed_segments()],
+                         "memlock": None if memlock == resource.RLIM_INFINITY else memlock,
                          "output_dir": output_dir, "output_dir_free": _free_bytes(output_dir)}
     if "network" in sections:
         facts["network"] = {k: env.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG",

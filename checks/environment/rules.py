@@ -276,6 +276,19 @@ ENV335 = rule(
     source="the dynamic loader's symbol versioning (GLIBCXX_* in libstdc++.so.6); torch/utils/cpp_extension.py "
            "_import_module_from_library; DeepSpeed issue 5207")
 
+ENV336 = rule(
+    "ENV336", "warning", "stale DeepSpeed shared-memory segments fill /dev/shm",
+    what="/dev/shm holds deepspeed_allreduce_buffer_* segments that no live process maps: DeepSpeed's CPU accelerator "
+         "creates one per rank (about 66 MB) for every run started by the deepspeed launcher on one node, and never "
+         "deletes it.",
+    why="/dev/shm is RAM: the segments of finished CPU runs add up (here 272 of them held 18 GiB) until the host runs "
+        "out of memory, ranks are OOM-killed or refuse to start, and NCCL or DataLoader workers fail to create their "
+        "own shared memory ('Bus error').",
+    fix="Delete the stale segments (the evidence's command lists exactly those no process maps); dsdoctor smoke "
+        "deletes its own run's after it ends.",
+    source="deepspeed/ops/csrc/cpu/comm/shm.cpp (shm_initialize creates with shm_open; shared_close, the only "
+           "shm_unlink, is never called); shm_interface.cpp (only when LOCAL_SIZE equals the world size)")
+
 
 #: NVML throttle reason bits that mean the GPU is slowed down against its will (nvml.h).
 THROTTLE_BAD = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",

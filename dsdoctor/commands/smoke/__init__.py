@@ -172,6 +172,13 @@ def run_smoke(opts: SmokeOptions) -> Report:
                                          encoding="utf-8")
     finally:
         finish_out(out)
+        # DeepSpeed's CPU accelerator never deletes its all-reduce segments (dsdoctor/shm.py): 66 MB of RAM a rank
+        # that outlive the run. Delete this run's, once no rank maps them.
+        from dsdoctor.shm import remove_stale
+
+        removed = remove_stale(port=port)
+        if removed:
+            report.result["shm_segments_removed"] = [str(s.path) for s in removed]
     if any(f.severity == "error" for f in report.findings):
         click.echo(f"dsdoctor smoke: the run's full log is {out / 'train.log'} (dsdoctor explain "
                    f"{out / 'train.log'})", err=True)
