@@ -121,9 +121,11 @@ def main() -> None:
     parser.add_argument("--split", choices=SPLITS,
                         help="score one split only (by default tuning and held-out: a later batch is scored only when "
                              "asked, once, so that nothing is tuned on it before)")
+    parser.add_argument("--all", action="store_true", help="score every split listed in SPLITS (each one already "
+                                                               "scored once on its own)")
     args = parser.parse_args()
     cases = sorted(p for p in (ROOT / "cases" / "threads").iterdir() if (p / "meta.json").exists())
-    wanted = (args.split,) if args.split else ("tuning", "held-out")
+    wanted = SPLITS if args.all else (args.split,) if args.split else ("tuning", "held-out")
     cases = [c for c in cases if json.loads((c / "meta.json").read_text()).get("split", "held-out") in wanted]
     rows = [score(c) for c in cases]
     print("# python benchmarks/explain_threads.py")

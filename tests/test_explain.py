@@ -1327,3 +1327,114 @@ def test_deepspeeds_scheduler_without_its_step_count_and_a_script_reading_the_la
                 "[type=int_from_float, input_value=1.5, input_type=float]\n")
     findings, result = explain(pydantic)
     assert findings[0].id == "DS137" and result["first_failure"]["rule"] == "DS137"
+
+
+def test_a_rich_traceback_flattened_onto_one_line_is_read_as_python_prints_it():
+    """GitHub joins the lines of a paste outside a code block: a whole rich box on one line (FastChat #1458's form).
+    Its frames and the exception after the box are read; another package's class lacking an attribute the code of
+    a project checkout uses is ENV310, the checkout named as the package (not "the script")."""
+    box = ("\u256d\u2500\u2500\u2500 Traceback (most recent call last) \u2500\u2500\u2500\u256e \u2502 "
+           "/home/user/Proj-X/projx/train/run_sft.py:88 in main \u2502 \u2502 \u2502 \u2502 87 \u2502 \u2502 "
+           "\u2771 88 \u2502 cfg = trainer.accelerator_state_ds \u2502 \u2502 89 \u2502 \u2502 \u2570\u2500\u2500\u2500"
+           "\u256f AttributeError: 'Trainer' object has no attribute 'accelerator_state_ds'")
+    lines = read_lines(box)
+    assert [ln.text for ln in lines][0] == "Traceback (most recent call last):"
+    assert '  File "/home/user/Proj-X/projx/train/run_sft.py", line 88, in main' in [ln.text for ln in lines]
+    assert {ln.number for ln in lines} == {1}
+    findings, result = explain(box)
+    assert findings[0].id == "ENV310" and "the projx checkout" in findings[0].evidence
+    assert "git pull" in findings[0].fix
+    assert result["origin"]["package"] == "projx" and result["origin"]["file"] == "train/run_sft.py"
+
+
+def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
+    from dsdoctor.checks.logs.origin import _package
+
+    assert _package("/data/user/FooBar/foobar/model/dispatch/__init__.py") == ("foobar", "model/dispatch/__init__.py")
+    assert _package("/home/user/MyRepo/myrepo/__init__.py") == ("myrepo", "__init__.py")
+    assert _package("/data/user/My-Repo/src/mytuner/data/loader.py") == ("mytuner", "data/loader.py")
+    assert _package("/home/user/experiments/Qwen/finetune.py") == (None, "finetune.py")
+    assert _package("/workspace/train.py") == (None, "train.py")
+    assert _package("/root/data/utils/x.py") == (None, "x.py")  # folders a checkout is kept in are no package
+
+
+def test_a_package_that_cannot_import_a_name_from_itself_hid_a_broken_dependency():
+    """``cannot import name X from 'P.m'`` raised by P's own code: P.m's try/except swallowed its real import error
+    (LLaVA #1034's kind: flash-attn built for another torch): LOG808, not a version mismatch with another package."""
+    own = ("Traceback (most recent call last):\n"
+           '  File "/srv/VisionLM/visionlm/serve/cli.py", line 3, in <module>\n'
+           "    from visionlm.model import VisionLMForCausalLM\n"
+           "ImportError: cannot import name 'VisionLMForCausalLM' from 'visionlm.model' "
+           "(/srv/VisionLM/visionlm/model/__init__.py)\n")
+    findings, _ = explain(own)
+    assert findings[0].id == "LOG808" and "visionlm.model's imports failed part-way" in findings[0].evidence
+    assert "import flash_attn" in findings[0].fix
+    other = ("Traceback (most recent call last):\n  File \"/home/user/train.py\", line 3, in <module>\n"
+             "    from transformers import FancyNewTrainer\n"
+             "ImportError: cannot import name 'FancyNewTrainer' from 'transformers' "
+             "(/usr/lib/python3/site-packages/transformers/__init__.py)\n")
+    assert explain(other)[0][0].id == "ENV310"
+
+
+def test_an_op_that_did_not_load_for_a_cuda_library_symbol_is_not_a_build_failure_nor_another_torch():
+    """The op's .so was built and fails to load on an unmangled CUDA library function (DeepSpeed #1846's kind:
+    linked without -lcurand): not ENV324 (never built) nor ENV317 (built for another torch); the destructor's
+    AttributeError after it is its consequence. A mangled torch symbol stays ENV317."""
+    so = "/opt/venv/lib/python3.9/site-packages/deepspeed/ops/adam/cpu_adam_op.cpython-39-x86_64-linux-gnu.so"
+    log = ("Exception ignored in: <function DeepSpeedCPUAdam.__del__ at 0x7f>\nTraceback (most recent call last):\n"
+           '  File "/opt/venv/lib/python3.9/site-packages/deepspeed/ops/adam/cpu_adam.py", line 102, in __del__\n'
+           "    self.ds_opt_adam.destroy_adam(self.opt_id)\n"
+           "AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'\n"
+           f"ImportError: {so}: undefined symbol: cublasSgemm_v2\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG810" and "libcublas" in findings[0].title and "line 6" in findings[0].evidence
+    assert result["origin"]["package"] == "deepspeed" and result["origin"]["file"] == "ops/adam/cpu_adam.py"
+    assert findings[1].id == "ENV324" and "was built, but its shared object did not load (line 6)" in \
+        findings[1].evidence
+    torch_abi = log.replace("cublasSgemm_v2", "_ZN3c1015SmallVectorBaseIjE8grow_podEPvmm")
+    assert explain(torch_abi)[0][0].id == "ENV317"
+
+
+def test_an_old_nccl_warn_line_is_a_failure_with_nccls_file_as_origin():
+    """NCCL before 2.4 printed 'file:line WARN' without 'NCCL': a failure (never exit 0), its origin NCCL's file."""
+    findings, result = explain("include/net.h:33 WARN Frobnication of the widget failed : 5\n")  # not catalogued
+    assert findings[0].id == "LOG810" and findings[0].severity == "error"
+    assert result["origin"] == {"package": "nccl", "file": "include/net.h", "function": None, "line": 33, "code": "",
+                                "from": "mention"}
+    # a catalogued one: NCCL's template, at the file and line the log names (the version that ran)
+    findings, result = explain("src/transport/net_ib.cc:120 WARN NET/IB : Got async event : port error\n")
+    assert findings[0].id == "LOG809" and (result["origin"]["file"], result["origin"]["line"]) == (
+        "src/transport/net_ib.cc", 120)
+
+
+def test_nccl_tests_that_print_their_header_and_no_row_hang_in_the_first_collective():
+    """nccl-tests prints a row as each size finishes: a paste that ends at the header (NVIDIA/nccl #104's kind) is
+    a hang in the first collective, an error with the P2P checks in its fix; one row after it is no such hang."""
+    head = ("# nThread 1 nGpus 2 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20\n"
+            "#  Rank  0 Group  0 Pid  11 on host device  0 [0x3b] Tesla V100\n"
+            "#                                                       out-of-place                       in-place\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+            "   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
+            "  (GB/s)\n")
+    findings, result = explain(head)
+    assert findings[0].id == "LOG810" and "first collective" in findings[0].title
+    assert "NCCL_P2P_DISABLE=1" in findings[0].fix and "acsctl" in findings[0].fix
+    assert result["origin"]["package"] == "nccl" and result["first_failure"]["line"] == 4
+    row = head + "           8             2     float     sum      -1    20.15    0.00    0.00      0    19.8\n"
+    assert explain(row)[0][0].id == "LOG800"
+
+
+def test_tensors_of_two_gpus_in_one_op_is_one_process_on_several_gpus_or_a_rank_on_anothers_gpu():
+    """torch's 'Expected all tensors to be on the same device ... cuda:0 and cuda:1', pasted bare: with plain python
+    on several visible GPUs (LLaMA-Factory #140's kind) PRE016; in a launched run (rank prefixes) NET415, a rank
+    that reached another's GPU; between the CPU and a GPU neither."""
+    msg = "Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0!"
+    plain = f"CUDA_VISIBLE_DEVICES=0,1 python train.py --model_name_or_path m --do_train\nError\n{msg}\n"
+    findings, _ = explain(plain)
+    assert findings[0].id == "PRE016" and "train.py with plain python with CUDA_VISIBLE_DEVICES=0,1" in \
+        findings[0].evidence and "torchrun --nproc_per_node" in findings[0].fix
+    ranked = f"[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: {msg}\n"
+    assert explain(ranked)[0][0].id == "NET415"
+    cpu = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0!"
+    assert explain(cpu)[0][0].id not in ("PRE016", "NET415")

@@ -17,7 +17,7 @@ from . import imports
 from .context import localize, run_context
 from .lines import EXCEPTION_NAME, PROGRESS, PYTHON_ERROR, WRAP_MIN, Line, continued, joined, read_lines
 from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message,
-                     mentioned_origin)
+                     mentioned_origin, nccl_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .evidence import _int, _where
@@ -324,6 +324,24 @@ def ends_in_build(lines: list[Line]) -> dict | None:
 
 BUILD_SIGNATURE = Signature("build-in-flight", "ENV329", (), BUILD_ROOT, _describe_build)
 
+#: nccl-tests' table header (src/common.cu: '#  out-of-place  in-place', then the columns 'size count type redop
+#: root time algbw busbw #wrong', older releases 'bytes N type op time algbw busbw res') and its units line
+NCCL_TESTS_HEADER = re.compile(r"\b(?:bytes|size)\s{1,40}(?:N|count)\s{1,40}type\b[^\n]{0,200}\balgbw\s{1,20}busbw\b")
+NCCL_TESTS_UNITS = re.compile(r"\(B\)\s{1,40}\(elements\)|out-of-place\s{1,80}in-place")
+
+
+def ends_in_first_collective(lines: list[Line]) -> Line | None:
+    """The nccl-tests table header a log ends in, with no result row after it (only its units line or blank ones),
+    or None: the benchmark's first collective never completed (nccl-tests prints a row per size as each finishes)."""
+    for index in range(len(lines) - 1, max(-1, len(lines) - 6), -1):
+        text = lines[index].text
+        if NCCL_TESTS_HEADER.search(text):
+            after = [ln for ln in lines[index + 1:] if ln.text.strip(" >#\t")]
+            return lines[index] if all(NCCL_TESTS_UNITS.search(ln.text) for ln in after) else None
+        if text.strip(" >#\t") and not NCCL_TESTS_UNITS.search(text):
+            return None
+    return None
+
 
 def _named_rank(found: re.Match | None) -> int | None:
     """The rank a match's own groups name (``rank``, ``rank2``, ``rank3``: a launcher's line about a rank)."""
@@ -382,6 +400,23 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                 severity="error", fix=_build_fix(build["lock"]),
                 title="the run hangs in a JIT op build: a stale build lock or a build still running "
                       "(inconclusive)")], result
+        header = ends_in_first_collective(lines)
+        if header is not None:
+            origin = {"package": "nccl", "file": None, "function": None, "line": None, "code": "", "from": "hang"}
+            result.update(first_failure={"rule": "LOG810", "signature": "ends-in-first-collective",
+                                         "line": header.number, "rank": header.rank}, matches=[], origin=origin,
+                          finished=False)
+            return [LOG810.finding(
+                _quoted(f"{header.at}: the log ends in nccl-tests' table header and no result row: its first "
+                        f"collective never completed (a row is printed as each size finishes), so NCCL hangs "
+                        f"between these GPUs; the log does not say why"),
+                title="NCCL's first collective hangs (inconclusive)",
+                fix="Run it again with NCCL_DEBUG=INFO (the transports it picks: P2P, SHM, NET). A hang that "
+                    "NCCL_P2P_DISABLE=1 removes is peer-to-peer between the GPUs: PCIe ACS on the bridges (`sudo "
+                    "lspci -vvv | grep -i acsctl`: every 'SrcValid+' blocks it; disable ACS in the BIOS or with "
+                    "setpci) or the IOMMU (boot with iommu=pt or off); on GeForce cards P2P is unsupported. One that "
+                    "NCCL_SHM_DISABLE=1 removes is /dev/shm. `dsdoctor nccl` runs the same collectives with a "
+                    "timeout and names the stage that hangs.")], result
         finding, origin = _unnamed(lines)
         result.update(first_failure=None, matches=[], origin=origin)
         return [finding], result
@@ -416,6 +451,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         elif match is first:  # a rule names it; where the library says it, when the catalogue knows the line
             named = _catalogued(match.line.text)
             origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
+            if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
+                origin = failure_origin(lines, match.line_index, match.line.rank) or frame_origin(lines)
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:
@@ -456,6 +493,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
 #: What says a run failed, when no signature matched (LOG810 rather than LOG800): a traceback, an exception's line,
 #: NCCL's WARN, a fatal or FAILED line, a non-zero exit code.
 FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Error|Exception)\b:|\bNCCL WARN\b|"
+                         # NCCL before 2.4: "include/socket.h:344 WARN Socket creation failed : ..."
+                         r"\b[\w/.-]{1,200}\.(?:h|cc|cu|cpp):\d{1,6} WARN\b|"
                          r"\b(?:[Ff]atal|FATAL)\b|\bFAILED\b|\bERROR\b|[Ee]xit(?:ed|s)? (?:with )?(?:status|code|"
                          r"return code)\s{0,3}=?\s{0,3}-?[1-9]|"
                          # a traceback's tail pasted alone: a frame, or the raise or assert it quotes
@@ -505,7 +544,7 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                       (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))), None)
         origin = (failure_origin(lines, first, lines[first].rank) if first is not None else None) or \
             frame_origin(lines) or next((o for o in (mentioned_origin(ln.text) for ln in failing[:MAX_LOOKUPS]
-                                                    if ".py" in ln.text) if o), None)
+                                                    if ".py" in ln.text) if o), None) or nccl_origin(failing)
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)

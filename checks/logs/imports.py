@@ -269,6 +269,9 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
                           "`pip install --force-reinstall --no-build-isolation flash-attn`), or install the torch "
                           "version it was built for.",
                 {"title": f"a compiled extension ({name[:80]}) was built for another torch or CUDA"})
+    inside = _imported_from_itself(match, lines, g.get("from"), g.get("name"))
+    if inside is not None:
+        return inside
     shown = package or "a package"
     moved = MOVED.get(g.get("sub") or "")
     if moved:
@@ -287,6 +290,56 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
     return evidence, fix, {"title": f"a version mismatch: the code expects another version of {shown}"}
 
 
+#: the module file Python names after ``cannot import name 'X' from 'P.m'``: `` (/path/P/m/__init__.py)``
+_FROM_FILE = re.compile(r"from '[\w.]{1,200}' \((?P<path>[^()\n]{1,400}\.py)\)")
+
+
+def _imported_from_itself(match, lines, module: str | None, name: str | None) -> tuple[str, str, dict] | None:
+    """LOG808 for ``cannot import name 'X' from 'P.m'`` raised by P's own code (the traceback's innermost frame is
+    in the package P, or under the folder P.m's file is in): P.m does not define a name its own package imports
+    from it, so no version of another package explains it. The module's body failed part-way without raising: its
+    imports wrapped in try/except (LLaVA's llava/model/__init__.py, many model repositories) swallowed the real
+    ImportError, usually a compiled dependency (flash-attn, a CUDA extension) built for another torch. None when
+    the importer is another package's code (a version mismatch: ENV310) or the log shows no frame."""
+    from .origin import frame_origin
+
+    if not module:
+        return None
+    top = module.split(".")[0]
+    stack = [line for line in lines[max(0, match.line_index - 60):match.line_index] if line.rank == match.line.rank]
+    frame = frame_origin(stack, before=len(stack))
+    if frame is None:
+        return None
+    same = frame.get("package") == top
+    where = _FROM_FILE.search(match.line.text)
+    if not same and where:  # the importer's file is under the package's folder: .../P/ in both paths
+        root = where.group("path").replace("\\", "/")
+        marker = "/" + "/".join(module.split(".")) + "/"
+        cut = root.find(marker) if marker in root else root.rfind("/" + "/".join(module.split(".")) + ".py")
+        importer = _last_frame_path(stack)
+        same = cut > 0 and importer is not None and importer.startswith(root[:cut] + "/" + top + "/")
+    if not same:
+        return None
+    return (_where(match) + _line(match) + f" ({top}'s own code imports {name or 'it'} from {module}, which does not "
+            f"define it: {module}'s imports failed part-way, and the error was swallowed)",
+            f"See the hidden error: `python -c \"import {module}\"` prints nothing when {module} wraps its imports in "
+            f"try/except, so import what {module} imports directly (flash-attn is the usual one: `python -c "
+            f"\"import flash_attn\"`). A compiled dependency built for another torch is the common cause: `pip "
+            f"install --force-reinstall --no-build-isolation --no-cache-dir flash-attn` after a torch upgrade.",
+            {"rule": "LOG808", "title": f"{module} failed to import part of itself: a dependency it imports is "
+                                        f"missing or broken"})
+
+
+def _last_frame_path(lines) -> str | None:
+    from .origin import FRAME
+
+    for line in reversed(lines):
+        found = FRAME.search(line.text) if "\", line " in line.text else None
+        if found:
+            return found.group("path").replace("\\", "/")
+    return None
+
+
 #: modules that moved or went away, and what to import instead (their packages' own changes)
 MOVED = {
     "transformers.deepspeed": "transformers moved it to transformers.integrations.deepspeed (is_deepspeed_zero3_enabled, "
@@ -298,14 +351,21 @@ MOVED = {
 _FRAME_PACKAGE = re.compile(r"^\s{0,8}File \"[^\"\n]{0,400}?/(?:site|dist)-packages/(?P<package>[A-Za-z_]\w{0,80})/")
 
 
-def _raised_in(match, lines) -> str | None:
+def _raised_in(match, lines, checkouts: bool = False) -> str | None:
     """The installed package whose code raised ``match``'s error: the last frame of its rank before it, when that
-    frame is in site-packages (None for the user's own code)."""
+    frame is in site-packages (None for the user's own code). ``checkouts``: a project's source checkout run in
+    place (``/home/u/FastChat/fastchat/train/train_lora.py``: fastchat; :func:`origin._checkout_package`) counts
+    as a package too."""
+    from .origin import FRAME, _package
+
     for line in reversed(lines[max(0, match.line_index - 40):match.line_index]):
         if line.rank != match.line.rank or "File \"" not in line.text:
             continue
         found = _FRAME_PACKAGE.match(line.text)
-        return found.group("package") if found else None
+        if found:
+            return found.group("package")
+        frame = FRAME.search(line.text) if checkouts else None
+        return _package(frame.group("path"))[0] if frame else None
     return None
 
 
@@ -314,6 +374,18 @@ def op_abi(match, lines) -> tuple[str, str, dict]:
     JIT-built by an earlier torch and still in torch's extensions cache). Returns (evidence, fix, {'title': ...})."""
     path = match.groups.group("so")
     evidence = _where(match) + _line(match)
+    symbol = re.search(r"undefined symbol: (?P<sym>\S{1,300})", match.line.text)
+    library = CUDA_LIBRARY_SYMBOL.match(symbol.group("sym")) if symbol else None
+    if library:  # a C function of a CUDA library: the op was linked without it, not built for another torch
+        lib = library.group("lib").lower()
+        return (evidence + f" (a function of lib{lib}, not of torch: the op was built against this torch but not "
+                           f"linked with lib{lib}, which torch no longer loads for it)",
+                f"Upgrade DeepSpeed and rebuild the op: its builder links lib{lib} since DeepSpeed 0.6.1 (PR 1879: "
+                f"torch 1.11 stopped loading it; `pip install -U deepspeed`, then delete the cached build in "
+                f"~/.cache/torch_extensions or reinstall with DS_BUILD_OPS=1); meanwhile LD_PRELOAD the CUDA "
+                f"library (`LD_PRELOAD=$CUDA_HOME/lib64/lib{lib}.so`).",
+                {"rule": "LOG810", "title": f"a DeepSpeed op was linked without lib{lib} (inconclusive: no rule names "
+                                            f"it)"})
     cache = _JIT_CACHE.match(path)
     if cache:
         return (evidence + " (an op JIT-built by an earlier torch, still in torch's extensions cache)",
@@ -323,6 +395,12 @@ def op_abi(match, lines) -> tuple[str, str, dict]:
     return (evidence + " (DeepSpeed's prebuilt op, compiled against another torch)",
             "Reinstall DeepSpeed against the installed torch: `DS_BUILD_OPS=1 pip install --no-cache-dir "
             "--force-reinstall deepspeed`, or without DS_BUILD_OPS (its ops are then JIT-built at first use).", {})
+
+
+#: an undefined symbol that is a C function of a CUDA library (curandCreateGenerator, cublasSgemm_v2): not C++, so
+#: not torch's ABI (torch's symbols are mangled: _ZN3c10...)
+CUDA_LIBRARY_SYMBOL = re.compile(r"^(?P<lib>curand|cublas|cublasLt|cusparse|cufft|cusolver|cudnn|nvrtc|cuda(?=[A-Z])|"
+                                 r"cudart)\w{0,100}$", re.I)
 
 
 #: an op or extension that needs a newer C++ runtime than the one loaded: "version `GLIBCXX_3.4.29' not found
@@ -395,11 +473,17 @@ def object_attribute(match, lines) -> tuple[str, str, str] | None:
     found = re.search(OBJECT_ATTRIBUTE, match.line.text)
     if found is None:
         return None
-    raiser = _raised_in(match, lines)
+    raiser = _raised_in(match, lines, checkouts=True)
     owner = _defining_package(found.group("cls"), raiser) if raiser else None
     if not raiser or not owner or owner == raiser:
         return None
     cls = found.group("cls")
+    if _raised_in(match, lines) is None:  # a source checkout of the project, run in place
+        return (_where(match) + _line(match) + f" (raised in the {raiser} checkout; {cls} is {owner}'s)",
+                f"This {raiser} checkout was written for another version of {owner}: install the {owner} version "
+                f"its requirements name (requirements.txt, setup.py, pyproject.toml), or update the checkout (`git "
+                f"pull`) to one made for the installed {owner}; `dsdoctor env` lists the installed versions.",
+                f"a version mismatch: the {raiser} code expects another version of {owner}")
     return (_where(match) + _line(match) + f" (raised in {raiser}; {cls} is {owner}'s)",
             f"The installed {raiser} was written for another version of {owner}: upgrade {raiser} to a release made "
             f"for the installed {owner} (`pip install -U {PIP_NAMES.get(raiser, raiser)}`), or pin {owner} to the "

@@ -89,7 +89,7 @@ def unbox(raws: list[str]) -> list[str]:
             if func is None and i + 1 < len(raws):  # the name wrapped onto the next box line
                 following = RICH_BOX.match(raws[i + 1])
                 name = following.group("inner").strip() if following else ""
-                if re.fullmatch(r"[\w.<>]{1,120}", name):
+                if re.fullmatch(r"[A-Za-z_<][\w.<>]{0,119}", name):
                     func = name
                     out[i + 1], joined_name = "", i + 1
             out[i] = f'  File "{frame.group("path")}", line {frame.group("line")}, in {func or "?"}'
@@ -105,6 +105,36 @@ def unbox(raws: list[str]) -> list[str]:
     return out
 
 
+#: a whole rich traceback box on one line, as GitHub shows a paste outside a code block (its newlines became spaces):
+#: ``╭── Traceback (most recent call last) ──╮ │ /p/x.py:201 in │ │ ❱ 201 │ train() │ ... ╰──╯ AttributeError: ...``
+FLAT_BOX = re.compile(r"\u256d\u2500{1,300} ?Traceback \(most recent call last\) ?\u2500{1,300}\u256e(?P<body>.*?)"
+                      r"\u2570\u2500{1,400}\u256f ?(?P<after>.*)$")
+
+
+def unflatten(raws: list[str]) -> tuple[list[int], list[str]]:
+    """(line numbers, lines): each rich traceback box pasted on one line (:data:`FLAT_BOX`) split back into its box
+    lines (``│ X │`` rows were joined as ``│ X │ │ Y │``), then the text after the box (the exception) on a line
+    of its own; every piece keeps the number of the line it came from. Other lines are unchanged."""
+    numbers, out = [], []
+    for number, raw in enumerate(raws, 1):
+        flat = FLAT_BOX.search(raw) if "\u2570" in raw and "Traceback" in raw else None
+        if not flat:
+            numbers.append(number)
+            out.append(raw)
+            continue
+        head = raw[:flat.start()].strip()
+        pieces = ([head] if head else []) + ["\u256d\u2500\u2500 Traceback (most recent call last) \u2500\u2500\u256e"]
+        body = flat.group("body").strip()
+        body = body[1:] if body.startswith("\u2502") else body
+        body = body[:-1] if body.endswith("\u2502") else body
+        pieces += [f"\u2502 {unit.strip()} \u2502" for unit in body.split("\u2502 \u2502") if unit.strip()]
+        after = flat.group("after").strip()
+        pieces += ["\u2570\u2500\u2500\u2500\u256f"] + ([after] if after else [])
+        numbers += [number] * len(pieces)
+        out += pieces
+    return numbers, out
+
+
 def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | None = None,
                source: str | None = None) -> list[Line]:
     """``text`` split into :class:`Line` objects at newlines only (as ``grep -n`` numbers them; a ``\\r`` progress
@@ -118,9 +148,12 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
     hosts: set[str] = set()  # pdsh host prefixes seen on lines that proved them (a timestamp after them)
     half = LINE_CHARS // 2
     raws = text.split("\n")
+    numbers = list(range(1, len(raws) + 1))
     if "\u2502" in text or "\u2503" in text:
+        if "\u2570" in text:
+            numbers, raws = unflatten(raws)
         raws = unbox(raws)
-    for number, raw in enumerate(raws, 1):
+    for number, raw in zip(numbers, raws):
         if "\r" in raw:
             raw = raw.rstrip("\r")
             raw = raw.rsplit("\r", 1)[-1] or raw.replace("\r", "")

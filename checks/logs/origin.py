@@ -48,7 +48,39 @@ def _package(path: str) -> tuple[str | None, str]:
     for i in range(len(parts) - 2, -1, -1):  # a source checkout (pip install -e): the nearest known package folder
         if parts[i] in PACKAGES:
             return parts[i], "/".join(parts[i + 1:])
-    return None, parts[-1]
+    return _checkout_package(parts)
+
+
+#: where a user's checkouts live: the folders before a project's own
+HOME = re.compile(r"^(?:home|Users|data\d{0,3}|mnt|workspace|work|root|opt|app|content|code|projects?|src|repos?|"
+                  r"git(?:hub)?|user|~|[A-Za-z]:)$")
+#: a folder that can be a Python package (an import name): lower case, as PEP 8 and every package of the field name it
+PACKAGE_DIR = re.compile(r"^[a-z_][a-z0-9_]{0,60}$")
+
+
+def _checkout_package(parts: list[str]) -> tuple[str | None, str]:
+    """(package, file inside it) of a file in a project's source checkout (a fine-tuning repository cloned and run in
+    place: xtuner, FastChat, LLaVA), or (None, the file name) for a script of the user's. The package is the
+    outermost folder of the path's trailing chain of import-name folders (``/home/u/LLaVA/llava/model/x.py``:
+    ``llava``; ``/home/u/FastChat/fastchat/train/train_lora.py``: ``fastchat``), when the file is at least one
+    folder below it (a package with modules in folders, not a folder of scripts: ``/home/u/Qwen/finetune.py`` is
+    the user's script) or is its ``__init__.py``; the folders a checkout is kept in (``home``, ``data``, ``src``,
+    ...) are never the package. Python itself gives the package by the folders holding ``__init__.py``; a log does
+    not show them, and this is the layout every such repository uses."""
+    folders = [p for p in parts[:-1] if p]
+    chain = 0
+    while chain < len(folders) and PACKAGE_DIR.match(folders[len(folders) - 1 - chain]):
+        chain += 1
+    while chain and HOME.match(folders[len(folders) - chain]):  # /home/user/..., /data/...: not the package
+        chain -= 1
+    if chain == 0:
+        return None, parts[-1]
+    top = len(folders) - chain
+    if chain < 2 and parts[-1] != "__init__.py":
+        return None, parts[-1]
+    if top > 0 and folders[top - 1].lower().replace("-", "_") not in (folders[top], "") and chain < 2:
+        return None, parts[-1]
+    return folders[top], "/".join(folders[top + 1:] + [parts[-1]])
 
 
 def frame_origin(lines: list[Line], before: int | None = None, rank: int | None = None) -> dict | None:
@@ -162,7 +194,20 @@ def mentioned_origin(text: str) -> dict | None:
 
 
 #: where NCCL says its message comes from: ``include/shm.h:48 NCCL WARN ...`` (its own file and line)
-NCCL_SOURCE = re.compile(r"(?P<file>[\w./-]{1,200}\.(?:h|cc|cu|cpp|c)):(?P<line>\d{1,6}) NCCL (?:WARN|INFO)")
+#: (NCCL before 2.4 printed no "NCCL" there: ``include/socket.h:344 WARN Socket creation failed``)
+NCCL_SOURCE = re.compile(r"(?P<file>[\w./-]{1,200}\.(?:h|cc|cu|cpp|c)):(?P<line>\d{1,6}) (?:NCCL )?"
+                         r"(?P<level>WARN|INFO)")
+
+
+def nccl_origin(lines: list[Line]) -> dict | None:
+    """The file and line of NCCL's source the first of ``lines`` with an NCCL WARN names (``include/socket.h:344
+    WARN ...``), or None."""
+    for line in lines:
+        found = NCCL_SOURCE.search(line.text) if "WARN" in line.text else None
+        if found and found.group("level") == "WARN":
+            return {"package": "nccl", "file": found.group("file"), "function": None, "line": int(found.group("line")),
+                    "code": "", "from": "mention"}
+    return None
 
 
 def catalogue_origin(entry, text: str = "") -> dict:
@@ -170,7 +215,7 @@ def catalogue_origin(entry, text: str = "") -> dict:
     file and line its log line names (``include/shm.h:48 NCCL WARN``: the version that ran), else the newest mined."""
     origin = {"package": entry.package, "file": entry.file, "function": entry.function or None, "line": entry.line,
               "versions": entry.version_span(), "from": "catalogue"}
-    named = NCCL_SOURCE.search(text) if entry.package == "nccl" and "NCCL" in text else None
+    named = NCCL_SOURCE.search(text) if entry.package == "nccl" else None
     if named:
         origin.update(file=named.group("file"), line=int(named.group("line")))
     return origin

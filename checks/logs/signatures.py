@@ -235,8 +235,50 @@ def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
                       "host's; load with low_cpu_mem_usage, use fewer ranks per node, or offload less.")
 
 
-def _never_built(match: Match, lines: list[Line]) -> tuple[str, str]:
+#: a launch line that starts the script with plain python (no launcher): ``python src/train_sft.py \\``
+PLAIN_PYTHON = re.compile(r"^\s{0,8}(?:[A-Z_]{1,40}=\S{0,200}\s{1,4}){0,6}python3?(?:\.\d{1,2})?\s{1,4}(?!-m\s)"
+                          r"(?P<script>\S{1,300}\.py)\b")
+VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES=(?P<ids>\d{1,3}(?:,\d{1,3}){1,63})")
+#: a launcher or a rank in the log: the run was distributed (one process per GPU)
+DISTRIBUTED = re.compile(r"\b(?:torchrun|torch\.distributed\.(?:run|launch)|deepspeed\s{1,4}(?:--|\S{1,200}\.py)|"
+                         r"accelerate\s{1,4}launch|LOCAL_RANK|local_rank=\d|world_size[=:]\s{0,2}[2-9])")
+
+
+def _two_gpus(match: Match, lines: list[Line]) -> tuple:
+    """PRE016 for a tensor on another GPU in a run of one process (the model spread over the GPUs by device_map, or
+    plain python with several visible); NET415's ranks without their own GPU when the run was distributed."""
+    g = match.groups
+    head = [ln.text for ln in lines[:400]]
+    plain = next((PLAIN_PYTHON.match(t) for t in head if PLAIN_PYTHON.match(t)), None)
+    visible = next((VISIBLE.search(t) for t in head if VISIBLE.search(t)), None)
+    ranked = any(ln.rank is not None for ln in lines)
+    distributed = ranked or any(DISTRIBUTED.search(t) for t in head)
+    seen = f"{g.group('a')} and {g.group('b')}"
+    if distributed and not plain:
+        return (_where(match) + match.line.text.strip()[:240] + f" ({seen} in one rank: it reached another "
+                "rank's GPU)",
+                "Give each rank its own GPU before anything is moved to one: torch.cuda.set_device(int(os.environ["
+                "'LOCAL_RANK'])) at the start, and .to(f'cuda:{local_rank}') or .to(model.device), never 'cuda:0' "
+                "or .cuda() before set_device; load the model without device_map (the launcher gives each rank one "
+                "GPU).", {"rule": "NET415", "title": "a rank uses another rank's GPU"})
+    how = (f"the line runs {plain.group('script')} with plain python" if plain else "the run is one process")
+    shown = f" with CUDA_VISIBLE_DEVICES={visible.group('ids')}" if visible else ""
+    return (_where(match) + match.line.text.strip()[:240] + f" ({how}{shown}, so the model and its tensors "
+            "are spread over several GPUs (device_map=\"auto\", which from_pretrained and the trainers use when "
+            "no launcher started the run), and one op met tensors of two GPUs)",
+            "Launch one process per GPU: `torchrun --nproc_per_node N script.py ...` or `deepspeed --num_gpus N "
+            "script.py ...` (LLaMA-Factory: `llamafactory-cli train` with FORCE_TORCHRUN=1, or `accelerate launch`); "
+            "or train on one GPU: CUDA_VISIBLE_DEVICES=0 python script.py ...",
+            {"title": "one process trains on several GPUs and mixed their tensors"})
+
+
+def _never_built(match: Match, lines: list[Line]) -> tuple:
     op = match.groups.group("op").lower()
+    loaded = next((ln for ln in lines if "undefined symbol" in ln.text and f"cpu_{op}" in ln.text), None)
+    if loaded is not None:  # it was built: its shared object failed to load (named at that line)
+        return (_where(match) + match.line.text.strip()[:200] + f": the cpu_{op} op was built, but its shared object "
+                f"did not load ({loaded.at})", "See the finding for the op's load failure.",
+                {"title": f"the cpu_{op} op did not load (the consequence of its load failure)"})
     return (_where(match) + match.line.text.strip()[:200] + f": the cpu_{op} op was never built (its JIT build "
             f"failed before; the compiler's error is earlier in the full log)",
             f"`dsdoctor env --build-ops ds_config.json` builds cpu_{op} now and shows why it fails (a CUDA toolkit "
@@ -514,6 +556,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"NET/Socket : Using[^\n]{0,2000}?\[\d{1,2}\]" + BRIDGE_IF + r"|^\s{0,8}\[\d{1,2}\]" + BRIDGE_IF +
          r"[\w.-]{0,40}:[0-9a-fA-F.:%\w-]{1,60}<\d{1,6}>", _bridges, "dsdoctor env",
          caught_note="(on each node, with MASTER_ADDR set: the interfaces NCCL would use)"),
+    # torch's device check (aten/src/ATen/TensorIterator.cpp, native/...: "Expected all tensors to be on the same
+    # device, but found at least two devices, cuda:0 and cuda:1!"), between two GPUs: one process holds tensors on
+    # several GPUs. (A CPU and a GPU tensor are another story: offload, a tensor left on the CPU.)
+    _sig("two-gpus-one-process", "PRE016", "Expected all tensors to be on the same device",
+         r"Expected all tensors to be on the same device, but found at least two devices, (?P<a>cuda:\d{1,3}) and "
+         r"(?P<b>cuda:\d{1,3})", _two_gpus),
     _sig("nccl-duplicate-gpu", "NET415", "Duplicate GPU detected",
          r"Duplicate GPU detected : rank (?P<a>\d{1,6}) and rank (?P<b>\d{1,6}) both on CUDA device (?P<dev>\w{1,20})",
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
@@ -540,7 +588,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # CPUAdam's __del__ after its op failed to build: the object never got its ds_opt_adam (ops/adam/cpu_adam.py)
     _sig("op-never-built", "ENV324", ("has no attribute 'ds_opt_adam'", "has no attribute 'ds_opt_lion'"),
          r"'DeepSpeedCPU(?P<op>Adam|Lion|Adagrad)' object has no attribute 'ds_opt_\w{1,20}'", _never_built,
-         "dsdoctor env --build-ops ds_config.json"),
+         "dsdoctor env --build-ops ds_config.json", follows=("op-abi",)),  # built, but its .so did not load
     _sig("no-cxx", "ENV315", ("cc1plus", "c++:"),
          r"cannot execute .cc1plus.|error trying to exec 'cc1plus'|\bc\+\+: (?:command )?not found", _first_line,
          "dsdoctor env", caught_note="(the C++ compiler torch's extension builder calls)"),
