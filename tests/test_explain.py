@@ -1438,3 +1438,56 @@ def test_tensors_of_two_gpus_in_one_op_is_one_process_on_several_gpus_or_a_rank_
     assert explain(ranked)[0][0].id == "NET415"
     cpu = "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cpu and cuda:0!"
     assert explain(cpu)[0][0].id not in ("PRE016", "NET415")
+
+
+def test_the_kernels_oom_killer_line_is_host_ram():
+    """dmesg's or journalctl's own line (mm/oom_kill.c) pasted after the launcher's kills: MEM504 with the resident
+    size, not "no failure"."""
+    log = ("[2024-03-01 10:00:00,000] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 2211\n"
+           "Mar 01 10:00:01 node kernel: Out of memory: Killed process 2211 (pt_main_thread) total-vm:91234567kB, "
+           "anon-rss:41943040kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:9000kB oom_score_adj:0\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "MEM504" and findings[0].severity == "error"
+    assert "killed process 2211 (pt_main_thread, 40.0 GiB resident)" in findings[0].evidence
+
+
+def test_a_dtype_clash_is_ds113_only_between_fp16_and_bf16():
+    """fp16 against bf16 is the config's precision against the weights' (DS113); fp32 against bf16 is a cast in the
+    model's code (DeepSeek-MoE #35's kind: a gate computed in fp32 under ZeRO-3's linear): unnamed, its origin the
+    frame that raised it."""
+    frame = ('  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/linear.py", line 57, in forward\n'
+             "    output = input.matmul(weight.t())\n")
+    fp32 = explain(frame + "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != "
+                           "c10::BFloat16\n")
+    assert fp32[0][0].id == "LOG805" and "a cast in the code" in fp32[0][0].title
+    assert fp32[1]["origin"]["file"] == "runtime/zero/linear.py"
+    half = explain(frame + "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: c10::Half != "
+                           "c10::BFloat16\n")
+    assert half[0][0].id == "DS113"
+
+
+def test_a_missing_optimizer_shard_alone_names_both_causes_and_how_to_tell():
+    """No such zero_pp_rank_*_optim_states.pt: another world size (DS146) or a checkpoint saved without optimizer
+    states (a converted one: transpeeder #28's kind); DeepSpeed's own world-size message is DS146 outright."""
+    findings, result = explain("FileNotFoundError: [Errno 2] No such file or directory: 'out/global_step50/"
+                               "zero_pp_rank_5_mp_rank_00_optim_states.pt'\n")
+    assert findings[0].id == "LOG810" and "inconclusive" in findings[0].title
+    assert "`ls out/global_step50`" in findings[0].fix and "load_module_only=True" in findings[0].fix
+    assert "ds_to_universal.py" in findings[0].fix
+    assert result["origin"]["package"] == "deepspeed"
+    said = explain("ValueError: The checkpoint being loaded used a DP world size of 4 but the current world size is "
+                   "8. Automatic adjustment of ZeRO's optimizer state partitioning with a new world size is not "
+                   "currently supported.\n")
+    assert said[0][0].id == "DS146"
+
+
+def test_which_side_of_a_size_mismatch_is_zero3s_placeholder():
+    """A [0] weight in the checkpoint was saved without gathering (DS142); a [0] weight in the model is ZeRO-3's
+    placeholder written to by load_state_dict (DeepSpeedExamples #560's kind: from_config under zero.Init): LOG812."""
+    model_side = ("size mismatch for transformer.h.3.mlp.fc_in.weight: copying a param with shape torch.Size([16384, "
+                  "4096]) from checkpoint, the shape in current model is torch.Size([0]).\n")
+    findings, _ = explain(model_side)
+    assert findings[0].id == "LOG812" and "from_pretrained(path)" in findings[0].fix
+    saved_side = ("size mismatch for transformer.h.3.mlp.fc_in.weight: copying a param with shape torch.Size([0]) "
+                  "from checkpoint, the shape in current model is torch.Size([16384, 4096]).\n")
+    assert explain(saved_side)[0][0].id == "DS142"

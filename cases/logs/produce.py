@@ -104,6 +104,12 @@ import torch
 layer = torch.nn.Linear(8, 8).half()
 print(layer(torch.randn(2, 8)))
 """, "torchrun"),
+    # a bf16 model's layer left in bf16 while the run computes in fp16 (an fp16 config for bf16 weights)
+    "dtype-fp16-config-bf16-weights": ("""
+import torch
+layer = torch.nn.Linear(8, 8).to(torch.bfloat16)   # the checkpoint's dtype
+print(layer(torch.randn(2, 8).half()))             # activations of an fp16 run
+""", "torchrun"),
     # code written for another transformers version
     "import-error": ("""
 from transformers import ChatGLMForConditionalGeneration

@@ -452,7 +452,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             named = _catalogued(match.line.text)
             origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
-                origin = failure_origin(lines, match.line_index, match.line.rank) or frame_origin(lines)
+                origin = failure_origin(lines, match.line_index, match.line.rank) or frame_origin(lines) or \
+                    extra.get("origin")
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:

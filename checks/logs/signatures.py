@@ -272,6 +272,72 @@ def _two_gpus(match: Match, lines: list[Line]) -> tuple:
             {"title": "one process trains on several GPUs and mixed their tensors"})
 
 
+#: a dtype's names in torch's messages: 'Half', 'c10::BFloat16', 'torch.float16', 'float', 'struct c10::Half'
+HALF_NAMES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16"}
+DTYPE_NAME = re.compile(r"(?:c10::|torch\.|struct c10::)?(?P<name>BFloat16|bfloat16|Half|float16|Float|float32|float|"
+                        r"Double|double|float64)\b")
+
+
+def _dtype_mismatch(match: Match, lines: list[Line]) -> tuple:
+    """DS113 when the two dtypes torch names are fp16 and bf16 (the config's precision against the weights');
+    a full-precision operand against a half one is a cast in the code (a layer or input upcast to fp32, autocast
+    off), which no config setting explains: an unnamed error then, with its origin."""
+    text = match.line.text
+    names = {HALF_NAMES.get(m.group("name").lower(), "fp32/fp64") for m in DTYPE_NAME.finditer(text)}
+    if names == {"fp16", "bf16"} or len(names) < 2:
+        return _first_line(match, lines)
+    return (_where(match) + text.strip()[:240] + " (a full-precision operand met a half-precision one: the code "
+            "casts one of them, an fp32 layer, input or buffer in a bf16/fp16 model; not the config's precision)",
+            "Find the cast in the frame the traceback ends in (the model's code: a .float() or dtype=torch.float32 "
+            "before a matmul or linear), and cast back to the other operand's dtype there (x.to(weight.dtype)); or "
+            "run that op under torch.autocast.",
+            {"rule": "LOG805", "title": "a matmul of an fp32 and a half-precision tensor (a cast in the code)"})
+
+
+def _into_placeholders(match: Match, lines: list[Line]) -> tuple:
+    return (_where(match) + match.line.text.strip()[:240] + " (the checkpoint's weight is whole, the model's is "
+            "ZeRO-3's empty placeholder: the model was built partitioned, under zero.Init, and load_state_dict wrote "
+            "past DeepSpeed's gathering)",
+            "Load the weights while the model is built: from_pretrained(path) with the DeepSpeed config active "
+            "(it loads each partition), not from_config followed by load_state_dict; or load them after "
+            "deepspeed.initialize with engine.load_checkpoint, or inside deepspeed.zero.GatheredParameters(params, "
+            "modifier_rank=0).")
+
+
+def _missing_shard(match: Match, lines: list[Line]) -> tuple:
+    """DS146 when DeepSpeed says the world sizes differ; a missing optimizer shard alone has two causes."""
+    shard = match.groups.groupdict().get("shard")
+    if not shard:
+        return _first_line(match, lines)
+    folder = shard.rsplit("/", 1)[0] if "/" in shard else "."
+    return (_where(match) + match.line.text.strip()[:240] + " (DeepSpeed looks for this rank's optimizer shard: the "
+            "checkpoint was saved by another world size, or holds no optimizer states at all: a converted or "
+            "consolidated checkpoint, or one saved with save_only_model)",
+            f"`ls {folder}`: no *_optim_states.pt at all means no optimizer states: load the weights only "
+            "(engine.load_checkpoint(dir, load_module_only=True, load_optimizer_states=False, "
+            "load_lr_scheduler_states=False); the Trainer: from_pretrained instead of resume_from_checkpoint). Fewer "
+            "shards than ranks means another world size (DS146): resume with the saved world size, or make a "
+            "universal checkpoint (ds_to_universal.py, then load_universal_checkpoint).",
+            {"rule": "LOG810", "title": "this rank's ZeRO optimizer shard is missing (inconclusive: another world size, "
+                                        "or a checkpoint without optimizer states)",
+             # the shard's name is DeepSpeed's (engine.py _get_zero_ckpt_name), read by load_checkpoint
+             "origin": {"package": "deepspeed", "file": "runtime/engine.py",
+                        "function": "_get_all_zero_checkpoint_state_dicts", "line": None, "code": "",
+                        "from": "mention"}})
+
+
+def _kernel_oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    rss = f", {int(g.group('rss')) * 1024 / 2 ** 30:.1f} GiB resident" if g.group("rss") else ""
+    offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
+    return (_where(match) + f"the kernel's out-of-memory killer killed process {g.group('pid')} "
+            f"({g.group('comm')}{rss}): host RAM ran out" + ("; the config offloads to the CPU" if offload else ""),
+            "Host RAM must hold what loading, offload and saving need on every rank at once (saving a ZeRO-3 "
+            "model gathers it in host memory): `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it "
+            "with this host's; add RAM or swap, use fewer ranks per node, offload less, or load with "
+            "low_cpu_mem_usage.")
+
+
 def _never_built(match: Match, lines: list[Line]) -> tuple:
     op = match.groups.group("op").lower()
     loaded = next((ln for ln in lines if "undefined symbol" in ln.text and f"cpu_{op}" in ln.text), None)
@@ -541,6 +607,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"exitcode\s{0,4}:\s{0,4}-9 \(pid: (?P<pid2>\d{1,10})\)|"
          r"rank (?P<rank>\d{1,6}) [^\n]{0,200}?exit code -9", _signal,
          "dsdoctor env --deepspeed ds_config.json --model MODEL", consequence=True),
+    # the kernel's own line (dmesg, journalctl -k: mm/oom_kill.c __oom_kill_process): the OOM killer named the process
+    _sig("kernel-oom-kill", "MEM504", "Out of memory: Kill",
+         r"Out of memory: Killed process (?P<pid>\d{1,10}) \((?P<comm>[^)\n]{1,64})\)(?:[^\n]{0,200}?anon-rss:"
+         r"(?P<rss>\d{1,14})kB)?", _kernel_oom, "dsdoctor env --deepspeed ds_config.json --model MODEL"),
     _sig("host-alloc", "MEM504", ("DefaultCPUAllocator", "can't allocate memory"),
          r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory): you tried to allocate (?P<bytes>\d{1,16}) "
          r"bytes", _first_line, "dsdoctor env --deepspeed ds_config.json --model MODEL",
@@ -610,7 +680,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("dtype-mismatch", "DS113", ("expected scalar type", "same dtype", "should be the same"),
          r"expected scalar type \w{1,40} but found \w{1,40}|mat1 and mat2 must have the same dtype|"
          r"Input type \([^()\n]{1,200}\) and weight type \([^()\n]{1,200}\) should be the same|"
-         r"expected (?:mat1 and mat2|both) to have the same dtype", _first_line,
+         r"expected (?:mat1 and mat2|both) to have the same dtype", _dtype_mismatch,
          "dsdoctor check ds_config.json --model MODEL"),
     # the fp16 loss scale at its floor (precision.py: DeepSpeed's loss scalers, what they print)
     _sig("loss-scale-floor", "DS114", precision.FLOOR_NEEDLES, precision.FLOOR, precision.describe_floor,
@@ -626,8 +696,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"['\"]grad_norm['\"]: '?nan",
          _first_line, "dsdoctor smoke --model PATH --deepspeed ds_config.json --steps 100", spoils=True,
          follows=FP16_FLOOR),
+    # the model's side is the placeholder: a full checkpoint loaded with load_state_dict into a model built under
+    # zero.Init (from_config with HfDeepSpeedConfig alive, deepspeed.zero.Init), outside DeepSpeed's gathering
+    _sig("zero3-load-into-placeholders", "LOG812", "the shape in current model is torch.Size(",
+         r"copying a param with shape torch\.Size\(\[(?!0\])[\d, ]{1,60}\]\) from checkpoint, the shape in current "
+         r"model is torch\.Size\(\[0\]\)", _into_placeholders),
     _sig("zero3-empty-weights", "DS142", "torch.Size([0])",
-         r"copying a param with shape torch\.Size\(\[0\]\)|size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)|"
+         r"copying a param with shape torch\.Size\(\[0\]\)|"
+         # (not the model's side: zero3-load-into-placeholders)
+         r"size mismatch for [^\n]{0,400}?torch\.Size\(\[0\]\)(?<!current model is torch\.Size\(\[0\]\))|"
          # a saved state dict printed name by name: ZeRO-3's placeholders (zero_pp_rank_*_model_states.pt, a
          # save_pretrained without the gather) have shape [0]
          r"(?<![\w.])[\w.]{1,300}\.(?:weight|bias)['\"]?\s{0,3}[:=,]?\s{0,3}torch\.Size\(\[0\]\)",
@@ -707,8 +784,8 @@ SIGNATURES: tuple[Signature, ...] = (
          _first_line),
     _sig("zero-resume-world-size", "DS146", ("DP world size of", "zero_pp_rank_"),
          r"used a DP world size of (?P<saved>\d{1,6}) but the current world size is (?P<now>\d{1,6})|"
-         r"No such file or directory: '[^'\n]{0,400}?zero_pp_rank_\d{1,6}_mp_rank_\d{1,4}_optim_states\.pt'",
-         _first_line),
+         r"No such file or directory: '(?P<shard>[^'\n]{0,400}?zero_pp_rank_\d{1,6}_mp_rank_\d{1,4}_optim_states\.pt)'",
+         _missing_shard),
     _sig("remote-code-race", "ENV332", "transformers_modules",
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),
