@@ -1491,3 +1491,22 @@ def test_which_side_of_a_size_mismatch_is_zero3s_placeholder():
     saved_side = ("size mismatch for transformer.h.3.mlp.fc_in.weight: copying a param with shape torch.Size([0]) "
                   "from checkpoint, the shape in current model is torch.Size([16384, 4096]).\n")
     assert explain(saved_side)[0][0].id == "DS142"
+
+
+def test_a_python_traceback_pasted_on_one_line_is_read_frame_by_frame():
+    """An issue title or a paste whose newlines became spaces: the frames, their code and the exception are split
+    back (on the line's number, the rank prefix kept), so the signature and the innermost frame are found."""
+    flat = ("[rank1]: Traceback (most recent call last): File \"/home/user/run.py\", line 10, in <module> main() "
+            "File \"/opt/env/lib/python3.10/site-packages/deepspeed/runtime/engine.py\", line 1200, in "
+            "_configure_optimizer raise ZeRORuntimeException(msg) deepspeed.runtime.zero.utils.ZeRORuntimeException: "
+            "You are using ZeRO-Offload with a client provided optimizer (<class 'torch.optim.adamw.AdamW'>) which in "
+            "most cases will yield poor performance.\n")
+    lines = read_lines(flat)
+    assert [ln.text for ln in lines] == [
+        "Traceback (most recent call last):", '  File "/home/user/run.py", line 10, in <module>', "    main()",
+        '  File "/opt/env/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 1200, in '
+        "_configure_optimizer", "    raise ZeRORuntimeException(msg)",
+        "deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided "
+        "optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor performance."]
+    assert {(ln.number, ln.rank) for ln in lines} == {(1, 1)}
+    assert explain(flat)[0][0].id == "DS121"

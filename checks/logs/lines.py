@@ -111,13 +111,55 @@ FLAT_BOX = re.compile(r"\u256d\u2500{1,300} ?Traceback \(most recent call last\)
                       r"\u2570\u2500{1,400}\u256f ?(?P<after>.*)$")
 
 
+#: a Python traceback pasted on one line (an issue's title, a paste whose newlines became spaces): ``Traceback (most
+#: recent call last): File "a.py", line 3, in <module> main() File "b.py", line 9, in main raise X ValueError: ...``
+FLAT_TRACEBACK = re.compile(r"Traceback \(most recent call last\):? {1,4}(?=File \")")
+FLAT_FRAME = re.compile(r"File \"(?P<path>[^\"\n]{1,500})\", line (?P<line>\d{1,7}), in (?P<func>\S{1,120}) ?")
+#: the exception after the last frame's code: a class name ending in Error, Exception, ... and a colon
+FLAT_EXCEPTION = re.compile(r"(?:^|\s)(?P<exc>(?:[A-Za-z_]\w{0,60}\.){0,8}[A-Z]\w{0,80}(?:Error|Exception|Interrupt|"
+                            r"Exit|Warning|Failure)(?::\s|$))")
+
+
+def _split_traceback(text: str) -> list[str]:
+    """One flattened traceback's text as Python prints it: the header, each frame and its code line, the exception."""
+    frames = list(FLAT_FRAME.finditer(text))
+    out = ["Traceback (most recent call last):"]
+    for k, frame in enumerate(frames):
+        out.append(f'  File "{frame.group("path")}", line {frame.group("line")}, in {frame.group("func")}')
+        end = frames[k + 1].start() if k + 1 < len(frames) else len(text)
+        code = text[frame.end():end].strip()
+        if k + 1 == len(frames):
+            exc = FLAT_EXCEPTION.search(code)
+            if exc:
+                code, rest = code[:exc.start()].strip(), code[exc.start():].strip()
+                if code:
+                    out.append("    " + code)
+                out.append(rest)
+                continue
+        if code:
+            out.append("    " + code)
+    return out
+
+
 def unflatten(raws: list[str]) -> tuple[list[int], list[str]]:
-    """(line numbers, lines): each rich traceback box pasted on one line (:data:`FLAT_BOX`) split back into its box
+    """(line numbers, lines): each Python traceback pasted on one line (:data:`FLAT_TRACEBACK`) split back into the
+    lines Python prints, and each rich traceback box pasted on one line (:data:`FLAT_BOX`) into its box
     lines (``│ X │`` rows were joined as ``│ X │ │ Y │``), then the text after the box (the exception) on a line
     of its own; every piece keeps the number of the line it came from. Other lines are unchanged."""
     numbers, out = [], []
     for number, raw in enumerate(raws, 1):
         flat = FLAT_BOX.search(raw) if "\u2570" in raw and "Traceback" in raw else None
+        python = FLAT_TRACEBACK.search(raw) if flat is None and "Traceback (most" in raw else None
+        if python is not None:
+            head = raw[:python.start()].rstrip()
+            pieces = _split_traceback(raw[python.end():])
+            if head and len(head) <= 60 and head.endswith((":", "]")):  # a rank or host prefix: on every line
+                pieces = [f"{head} {piece}" for piece in pieces]
+            elif head:
+                pieces = [head] + pieces
+            numbers += [number] * len(pieces)
+            out += pieces
+            continue
         if not flat:
             numbers.append(number)
             out.append(raw)
@@ -149,9 +191,10 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
     half = LINE_CHARS // 2
     raws = text.split("\n")
     numbers = list(range(1, len(raws) + 1))
+    if ("\u2570" in text and "\u2502" in text) or "Traceback (most recent call last): File" in text or \
+            "Traceback (most recent call last) File" in text:
+        numbers, raws = unflatten(raws)
     if "\u2502" in text or "\u2503" in text:
-        if "\u2570" in text:
-            numbers, raws = unflatten(raws)
         raws = unbox(raws)
     for number, raw in zip(numbers, raws):
         if "\r" in raw:
