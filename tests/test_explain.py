@@ -1510,3 +1510,21 @@ def test_a_python_traceback_pasted_on_one_line_is_read_frame_by_frame():
         "optimizer (<class 'torch.optim.adamw.AdamW'>) which in most cases will yield poor performance."]
     assert {(ln.number, ln.rank) for ln in lines} == {(1, 1)}
     assert explain(flat)[0][0].id == "DS121"
+
+
+def test_a_named_failure_also_says_where_it_was_raised_when_its_line_does():
+    """The origin of a failure a rule names: the traceback right above its exception line, a library file a
+    compiler's line names, NCCL's file:line; none for a launcher's line, which says nothing of where."""
+    header = ("/venv/lib/python3.10/site-packages/deepspeed/ops/csrc/includes/context.h:9:10: fatal error: "
+              "cublas_v2.h: No such file or directory\n")
+    _, result = explain(header + "ninja: build stopped: subcommand failed.\n")
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("deepspeed", "ops/csrc/includes/context.h")
+    raised = ("Traceback (most recent call last):\n"
+              '  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/config.py", line 900, in _do_error_check\n'
+              "    assert train_batch == micro_batch * grad_acc * self.world_size, (\n"
+              "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+              "gradient_acc_step * world_size 32 != 4 * 1 * 4\n")
+    findings, result = explain(raised)
+    assert findings[0].id == "DS102" and result["origin"]["file"] == "runtime/config.py"
+    findings, result = explain("Loading checkpoint shards:  50%|#####     | 1/2\nKilled\n")  # the shell's word
+    assert findings[0].id == "MEM504" and result.get("origin") is None

@@ -16,8 +16,8 @@ from dsdoctor.rules import Rule, catalogue
 from . import imports
 from .context import localize, run_context
 from .lines import EXCEPTION_NAME, PROGRESS, PYTHON_ERROR, WRAP_MIN, Line, continued, joined, read_lines
-from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, failure_origin, frame_origin, library_message,
-                     mentioned_origin, nccl_origin)
+from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, exception_origin, failure_origin, frame_origin,
+                     library_message, mentioned_origin, nccl_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .evidence import _int, _where
@@ -454,6 +454,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
                 origin = failure_origin(lines, match.line_index, match.line.rank) or frame_origin(lines) or \
                     extra.get("origin")
+            elif origin is None:  # a rule names it: whose code raised it, where the log says so
+                origin = _raised_at(match, lines) or extra.get("origin")
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:
@@ -507,6 +509,29 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
+
+
+def _raised_at(match: Match, lines: list[Line]) -> dict | None:
+    """Where a failure a rule names was raised, when its own line says: an exception line's traceback (its
+    qualified name, the class its message names, the innermost frame just above it), a library file the line
+    names (a compiler's ``.../deepspeed/ops/csrc/includes/x.h:12:10: fatal error``), or NCCL's ``file:line WARN``;
+    else None (a launcher's or a summary's line says nothing of where)."""
+    text = match.line.text.strip()
+    if PYTHON_ERROR.match(text) or OBJECT_CLASS.search(text):
+        above = lines[match.line_index - 1].text if match.line_index else ""
+        if exception_origin(text) or above[:1].isspace() or "File \"" in above:  # the traceback ends right here
+            return failure_origin(lines, match.line_index, match.line.rank)
+    if match.signature.name.startswith("op-build"):  # the build's first compiler error names the source it failed on
+        for line in lines[max(0, match.line_index - 300):match.line_index]:
+            if COMPILER_ERROR.search(line.text):
+                found = mentioned_origin(line.text)
+                if found:
+                    return found
+    return mentioned_origin(text) or nccl_origin([match.line])
+
+
+#: a compiler's error line: ``path/x.h:12:10: fatal error: ...``, nvcc's ``path/x.cu(40): error: ...``
+COMPILER_ERROR = re.compile(r"\.(?:h|hpp|cuh|cu|cpp|cc)(?::\d{1,6}:\d{1,4}:|\(\d{1,6}\):) (?:fatal )?error\b")
 
 
 def _catalogued(text: str):

@@ -58,6 +58,12 @@ HOME = re.compile(r"^(?:home|Users|data\d{0,3}|mnt|workspace|work|root|opt|app|c
 PACKAGE_DIR = re.compile(r"^[a-z_][a-z0-9_]{0,60}$")
 
 
+def _machine_folder(name: str) -> bool:
+    """A folder a job system made, not a package: a hash (``d81be8a5d3ae4306b72803cebea562af``) or one or two
+    letters (AzureML's ``/azureml/cr/j/<hash>/exe/wd/``)."""
+    return len(name) <= 2 or bool(re.fullmatch(r"[0-9a-f]{16,}", name))
+
+
 def _checkout_package(parts: list[str]) -> tuple[str | None, str]:
     """(package, file inside it) of a file in a project's source checkout (a fine-tuning repository cloned and run in
     place: xtuner, FastChat, LLaVA), or (None, the file name) for a script of the user's. The package is the
@@ -69,7 +75,8 @@ def _checkout_package(parts: list[str]) -> tuple[str | None, str]:
     not show them, and this is the layout every such repository uses."""
     folders = [p for p in parts[:-1] if p]
     chain = 0
-    while chain < len(folders) and PACKAGE_DIR.match(folders[len(folders) - 1 - chain]):
+    while chain < len(folders) and PACKAGE_DIR.match(folders[len(folders) - 1 - chain]) and \
+            not _machine_folder(folders[len(folders) - 1 - chain]):
         chain += 1
     while chain and HOME.match(folders[len(folders) - chain]):  # /home/user/..., /data/...: not the package
         chain -= 1
@@ -178,7 +185,7 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
 
 
 #: a path of a Python file in a line (a URL to it, a message naming it)
-PATH_MENTION = re.compile(r"(?P<path>[\w.-]{0,100}(?:/[\w.-]{1,100}){1,20}\.py)\b")
+PATH_MENTION = re.compile(r"(?P<path>[\w.-]{0,100}(?:/[\w.-]{1,100}){1,20}\.(?:py|h|hpp|cuh|cu|cpp|cc))\b")
 
 
 def mentioned_origin(text: str) -> dict | None:
