@@ -1528,3 +1528,73 @@ def test_a_named_failure_also_says_where_it_was_raised_when_its_line_does():
     assert findings[0].id == "DS102" and result["origin"]["file"] == "runtime/config.py"
     findings, result = explain("Loading checkpoint shards:  50%|#####     | 1/2\nKilled\n")  # the shell's word
     assert findings[0].id == "MEM504" and result.get("origin") is None
+
+
+def test_a_value_the_scripts_argparse_refuses_is_pre021_with_or_without_its_head():
+    """argparse's refusal of a value (a choice, an int): PRE021, the same rule preflight gives the line; pasted
+    whole (prog: error: argument ...) or only its tail (LLaMA-Factory #1514's form). An unknown option stays LOG810."""
+    whole = "usage: sft.py [-h] [--stage {pt,sft}]\nsft.py: error: argument --stage: invalid choice: 'dpo' " \
+            "(choose from 'pt', 'sft')\n"
+    findings, _ = explain(whole)
+    assert findings[0].id == "PRE021" and "the value of --stage" in findings[0].evidence
+    tail = "--lora_rank: invalid int value: 'eight'\n"
+    assert explain(tail)[0][0].id == "PRE021"
+    unknown = "sft.py: error: unrecognized arguments: --lora_rnk 8\n"
+    assert explain(unknown)[0][0].id == "LOG810"
+
+
+def test_a_deepspeed_config_path_that_is_no_file_is_pre014_with_the_launchs_path():
+    """HfDeepSpeedConfig takes a --deepspeed value that is no file for base64: its message, or the decoding error
+    under the source line that decodes it (FastChat #2208's form), is PRE014 with the path the launch gave."""
+    log = ("CONFIG=configs/zero_2.jsn\ntorchrun --nproc_per_node 2 train.py --deepspeed $CONFIG --bf16 True\n"
+           "    config_decoded = base64.urlsafe_b64decode(config_file_or_dict).decode(\"utf-8\")\n"
+           "binascii.Error: Incorrect padding\n")
+    findings, result = explain(log)
+    assert findings[0].id == "PRE014" and "--deepspeed $CONFIG = configs/zero_2.jsn" in findings[0].evidence
+    said = ("ValueError: Expected a string path to an existing deepspeed config, or a dictionary, or a base64 encoded "
+            "string. Received: ds/z3.json\n")
+    findings, result = explain(said)
+    assert findings[0].id == "PRE014" and result["origin"]["package"] == "accelerate"
+
+
+def test_a_module_gone_named_on_its_own_line_after_transformers_lazy_import_is_a_version_mismatch():
+    log = ("RuntimeError: Failed to import transformers.trainer because of the following error (look up to see its "
+           "traceback):\nNo module named 'transformers.deepspeed'\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "ENV310" and "transformers.integrations.deepspeed" in findings[0].evidence
+
+
+def test_the_store_client_that_cannot_reach_master_addr_is_net410_a_refused_retry_is_not():
+    """c10d's '[W socket.cpp] The client socket has failed to connect to ...' timing out is an address this node
+    cannot reach (LlamaFactory #3715's form, with a netmask for MASTER_ADDR); a refused connection is the retry while
+    the master starts, no failure by itself."""
+    timed_out = ("[W socket.cpp:601] [c10d] The client socket has failed to connect to [::ffff:10.1.255.255]:29500 "
+                 "(errno: 110 - Connection timed out).\n")
+    findings, _ = explain(timed_out)
+    assert findings[0].id == "NET410" and findings[0].severity == "error"
+    assert "10.1.255.255 is a netmask or a network's address, not a host" in findings[0].evidence
+    refused = timed_out.replace("errno: 110 - Connection timed out", "errno: 111 - Connection refused")
+    assert explain(refused)[0][0].id == "LOG800"
+    after = timed_out + "[rank0]: AssertionError: Check batch related parameters. train_batch_size is not equal to " \
+        "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 1 * 2\n"
+    assert explain(after)[0][0].id == "DS102"  # a retry before a real failure is not the cause
+
+
+def test_a_parameter_zero3_never_partitioned_and_pips_build_folder_are_named_by_origin():
+    findings, result = explain("AttributeError: 'Parameter' object has no attribute 'ds_id'\n")
+    assert result["origin"]["package"] == "deepspeed" and "never partitioned it" in findings[0].evidence
+    build = ("  File \"/tmp/pip-install-ab12cd/flash-attn_0123456789abcdef0123456789abcdef/setup.py\", line 20, in "
+             "<module>\n    import torch\nModuleNotFoundError: No module named 'torch'\n")
+    from dsdoctor.checks.logs.origin import _package
+
+    assert _package("/tmp/pip-install-ab12cd/deepspeed_0123456789abcdef0123456789abcdef/op_builder/builder.py") == (
+        "deepspeed", "op_builder/builder.py")
+    assert explain(build)[0][0].id == "ENV301"
+
+
+def test_ssh_refusing_a_hostfiles_node_is_a_failure():
+    log = ("Warning: Permanently added 'node2' (ED25519) to the list of known hosts.\n"
+           "user@node2: Permission denied (publickey,password).\n"
+           "ssh: connect to host node3 port 22: Connection timed out\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "LOG810" and findings[0].severity == "error" and "node3" in findings[0].evidence

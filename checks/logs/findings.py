@@ -94,7 +94,8 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             overflowed = overflow_line(text_line) is not None
         if "skipped=" in text_line and (found := stuck(text_line)):  # DeepSpeed's step print: no step applied
             add(STUCK_SIGNATURE, line, found, index)
-        needle = NEEDLES.search(text_line) if not C10D_WARNING.match(text_line) else None
+        needle = NEEDLES.search(text_line) if not C10D_WARNING.match(text_line) or \
+            "client socket has failed to connect" in text_line else None  # c10d's retries, but for an unreachable host
         exception = in_traceback.get(line.rank) and ("Error" in text_line or "Exception" in text_line or
                                                      "StopIteration" in text_line) and PYTHON_ERROR.match(stripped)
         if exception:
@@ -504,6 +505,9 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          r"^\s*File \"[^\"\n]{1,500}\", line \d{1,7}, in |(?:^|\s)raise [A-Z]\w{0,80}\(|^\s*assert\s|"
                          # argparse's refusal (its exit code 2): "train.py: error: the following arguments are ..."
                          r"^[\w./-]{1,200}\.py: error: |"
+                         # ssh, which pdsh and launch scripts run on every node of a hostfile
+                         r"\bssh: connect to host \S{1,200} port \d{1,5}: |\bHost key verification failed\b|"
+                         r"Permission denied \(publickey|"
                          # libtorch's C++ exceptions (c10/util/Exception.cpp): "Exception raised from recvBytes at
                          # ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)"
                          r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")

@@ -98,6 +98,9 @@ VERSION_MISMATCH = (
     _START + r"(?:ImportError: cannot import name '?(?P<name>\w{1,200})'?(?: from '(?P<from>" + _DOTTED
     + r")'(?! \(unknown location\))|\s{0,8}$)|"
     r"ModuleNotFoundError: No module named '(?!deepspeed\.ops\.)(?P<sub>[A-Za-z_]\w{0,100}\.[\w.]{1,200})'(?!; )|"
+    # the same message alone on its line: transformers' lazy import prints it after "Failed to import X because of
+    # the following error (look up to see its traceback):"
+    r"^\s{0,8}No module named '(?!deepspeed\.ops\.)(?P<bare>[A-Za-z_]\w{0,100}\.[\w.]{1,200})'\s{0,4}$|"
     r"TypeError: deepspeed_init\(\) got an unexpected keyword argument|"
     r"AttributeError: module '(?P<attr_of>[\w.]{1,200})' has no attribute|"
     r"ImportError: (?P<so>(?![^\s]{0,400}/(?:deepspeed|torch_extensions)/)\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
@@ -246,8 +249,8 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
     package = None
     if g.get("from"):
         package = g["from"].split(".")[0]
-    elif g.get("sub"):
-        package = g["sub"].split(".")[0]
+    elif g.get("sub") or g.get("bare"):
+        package = (g.get("sub") or g["bare"]).split(".")[0]
     elif g.get("attr_of"):
         package = g["attr_of"].split(".")[0]
     elif "deepspeed_init()" in match.line.text:
@@ -273,7 +276,7 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
     if inside is not None:
         return inside
     shown = package or "a package"
-    moved = MOVED.get(g.get("sub") or "")
+    moved = MOVED.get(g.get("sub") or g.get("bare") or "")
     if moved:
         evidence += f" ({moved})"
     raiser = _raised_in(match, lines)

@@ -40,7 +40,7 @@ def _package(path: str) -> tuple[str | None, str]:
     """(package, file inside it) of a frame's path; (None, the path's last component) for a script of the user."""
     from dsdoctor.messages.catalogue import PACKAGES
 
-    path = path.replace("\\", "/")
+    path = PIP_BUILD.sub(r"/\g<name>/", path.replace("\\", "/"))  # pip's /tmp/pip-install-x/deepspeed_<hex>/
     found = SITE.search(path)
     if found:
         return found.group("pkg"), found.group("file")
@@ -51,6 +51,8 @@ def _package(path: str) -> tuple[str | None, str]:
     return _checkout_package(parts)
 
 
+#: the folder pip unpacks a source distribution in to build it: ``/tmp/pip-install-3_cqq7tl/deepspeed_405e...d8ba/``
+PIP_BUILD = re.compile(r"/(?P<name>[A-Za-z][\w.-]{0,80})_[0-9a-f]{32}/")
 #: where a user's checkouts live: the folders before a project's own
 HOME = re.compile(r"^(?:home|Users|data\d{0,3}|mnt|workspace|work|root|opt|app|content|code|projects?|src|repos?|"
                   r"git(?:hub)?|user|~|[A-Za-z]:)$")
@@ -137,6 +139,11 @@ def describe_frame(origin: dict) -> str:
         return f"the object is {who}class defined in {origin['file']}, {origin['versions']}"
     if origin["from"] == "mention":
         return f"the line names {who}{origin['file']}"
+    if origin["from"] == "attribute":
+        return (f"{origin['attribute']} is an attribute ZeRO-3 gives every parameter it partitions ({who}"
+                f"{origin['file']}): this parameter was made after the model was partitioned (model code that "
+                f"replaces a weight with a new nn.Parameter, or a module added after deepspeed.initialize), so "
+                f"ZeRO-3 never partitioned it")
     code = f": `{origin['code']}`" if origin["code"] else ""
     return (f"stopped in {who}{origin['file']} ({origin['function']}), line {origin['line']}{code} (the traceback's "
             f"innermost frame)")
@@ -168,6 +175,10 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
     origin = exception_origin(text)
     if origin is not None:
         return origin
+    zero3 = ZERO3_ATTRIBUTE.search(text) if "ds_" in text else None
+    if zero3:  # an attribute ZeRO-3 puts on every parameter it partitions: this one it never partitioned
+        return {"package": "deepspeed", "file": "runtime/zero/partition_parameters.py", "function": None,
+                "line": None, "code": "", "from": "attribute", "attribute": zero3.group("attr")}
     named = OBJECT_CLASS.search(text) if "object " in text else None
 
     def in_log(package: str) -> bool:
@@ -182,6 +193,11 @@ def failure_origin(lines: list[Line], index: int, rank: int | None = None) -> di
         # its origin, whatever frames the paste kept (torch's autograd engine ran DeepSpeed's hook)
         return by_class
     return frame or by_class  # an 'AdamW' of a package the log never names: the frame
+
+
+#: an attribute ZeRO-3 gives each parameter it partitions (runtime/zero/partition_parameters.py
+#: _convert_to_deepspeed_param: ds_id, ds_status, ds_numel, ds_shape, ds_tensor, ...), missing from an object
+ZERO3_ATTRIBUTE = re.compile(r"'(?:Parameter|Tensor)' object has no attribute '(?P<attr>ds_\w{1,40})'")
 
 
 #: a path of a Python file in a line (a URL to it, a message naming it)

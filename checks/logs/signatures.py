@@ -278,6 +278,45 @@ DTYPE_NAME = re.compile(r"(?:c10::|torch\.|struct c10::)?(?P<name>BFloat16|bfloa
                         r"Double|double|float64)\b")
 
 
+#: the DeepSpeed config a launch line names: --deepspeed PATH, its variable's assignment
+DS_ARG = re.compile(r"--deepspeed[= ](?P<path>\S{1,300})")
+ASSIGNED = r"^\s{0,8}(?:export\s{1,4})?%s=(?P<value>\S{1,300})"
+
+
+def _config_not_found(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """PRE014: the --deepspeed value names no file from where the run started (HfDeepSpeedConfig then decodes it as
+    base64, and fails on that or says so)."""
+    shown = ""
+    for line in lines[:2000]:
+        found = DS_ARG.search(line.text)
+        if found:
+            path = found.group("path").strip("'\"")
+            var = re.fullmatch(r"\$\{?(\w{1,60})\}?", path)
+            if var:  # the variable's value, where the log shows it
+                value = next((m.group("value") for m in (re.search(ASSIGNED % re.escape(var.group(1)), ln.text)
+                                                         for ln in lines[:2000]) if m), None)
+                path = f"{path} = {value}" if value else path
+            shown = f"; the launch gives --deepspeed {path}"
+            break
+    return (_where(match) + match.line.text.strip()[:240] + " (the --deepspeed value is not a file that exists from "
+            "the directory the run starts in, so HfDeepSpeedConfig took it for a base64-encoded config" + shown + ")",
+            "Give --deepspeed a path that exists from the launch directory (`ls` it there: a typo, a relative path "
+            "run from elsewhere, or a config the repository never shipped), or an absolute one.")
+
+
+def _store_unreachable(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    addr = (g.group("addr") or g.group("addr2") or "").removeprefix("::ffff:")
+    why = {"110": "the connection timed out", "113": "no route to the host", "101": "the network is unreachable"}
+    odd = ""
+    if re.fullmatch(r"255\.\d{1,3}\.\d{1,3}\.\d{1,3}|\d{1,3}\.\d{1,3}\.\d{1,3}\.(?:0|255)", addr):
+        odd = f"; {addr} is a netmask or a network's address, not a host"
+    return (_where(match) + match.line.text.strip()[:240] + f" ({why[g.group('errno')]}: this node cannot reach "
+            f"MASTER_ADDR {addr}:{g.group('port')}{odd})",
+            "Set MASTER_ADDR to an address of the node that runs rank 0 that every node can reach (`hostname -I` "
+            "there; on one node 127.0.0.1), and open MASTER_PORT between the nodes.")
+
+
 def _dtype_mismatch(match: Match, lines: list[Line]) -> tuple:
     """DS113 when the two dtypes torch names are fp16 and bf16 (the config's precision against the weights');
     a full-precision operand against a half one is a cast in the code (a layer or input upcast to fp32, autocast
@@ -373,8 +412,22 @@ def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
     if launched:
         return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
                 "arguments)", "", {})
+    refused = ARGPARSE_VALUE.search(match.line.text)
+    if refused:  # the line gives an option a value its add_argument (type=, choices=) cannot take
+        return (evidence + f" (the script's parser refuses the value of {refused.group('opt')}: argparse exits with "
+                           f"status 2 before anything runs)",
+                f"Give {refused.group('opt')} a value its parser takes (the choices or type in the message, or in the "
+                f"script's add_argument); a value the installed version does not take may need another version of "
+                f"the script (a comma-separated list where it takes one choice).",
+                {"rule": "PRE021", "title": "the script's argparse refuses a value of the command line"})
     return evidence, "Give the arguments the script's parser asks for (its usage line is above the error).", \
         {"rule": "LOG810", "title": "the script's argument parser refused its command line"}
+
+
+#: argparse's refusal of a value (argparse.py _check_value, _get_value): "argument --x: invalid choice: 'a' (choose
+#: from ...)", "argument --n: invalid int value: 'abc'"; a paste may keep only its tail, from the option on
+ARGPARSE_VALUE = re.compile(r"(?:argument |^\s{0,8})(?P<opt>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?): invalid "
+                            r"(?:choice: |(?:int|float|\w{1,40}) value: )")
 
 
 def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -632,6 +685,13 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("two-gpus-one-process", "PRE016", "Expected all tensors to be on the same device",
          r"Expected all tensors to be on the same device, but found at least two devices, (?P<a>cuda:\d{1,3}) and "
          r"(?P<b>cuda:\d{1,3})", _two_gpus),
+    # torch's TCPStore client (c10d/socket.cpp) retrying MASTER_ADDR:MASTER_PORT: timed out or no route is an address
+    # this node cannot reach (a refused connection is only the master not listening yet); the failure itself when
+    # nothing else is found
+    _sig("store-unreachable", "NET410", "The client socket has failed",
+         r"The client socket has failed to connect to (?:\[(?P<addr>[^\]\n]{1,200})\]|(?P<addr2>\S{1,200})):"
+         r"(?P<port>\d{1,5}) \(errno: (?P<errno>110|113|101)\b", _store_unreachable, "dsdoctor nccl",
+         consequence=True),
     _sig("nccl-duplicate-gpu", "NET415", "Duplicate GPU detected",
          r"Duplicate GPU detected : rank (?P<a>\d{1,6}) and rank (?P<b>\d{1,6}) both on CUDA device (?P<dev>\w{1,20})",
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
@@ -771,6 +831,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # a script's argparse refusing its command line: the launcher's --local_rank before the user's own arguments
     _sig("argparse-error", "ENV331", ".py: error: ",
          r"^[\w./-]{1,200}\.py: error: (?P<msg>[^\n]{1,300})$", _argparse),
+    # argparse's refusal pasted without its "prog: error: " head
+    _sig("argparse-value", "PRE021", ("invalid choice: ", " value: '"),
+         r"^\s{0,8}(?:argument )?(?P<msg>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?: invalid (?:choice: |(?:int|float|"
+         r"\w{1,40}) value: )[^\n]{0,300})$", _argparse),
     _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser", "--local_rank="),
          r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank|"
          r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank|"
@@ -779,6 +843,12 @@ SIGNATURES: tuple[Signature, ...] = (
     # DeepSpeed's config_utils.py of the pydantic 1 API (0.9.x: requires pydantic<2) under pydantic 2
     _sig("pydantic-2-old-deepspeed", "ENV310", "has no attribute 'field_info'",
          r"'FieldInfo' object has no attribute 'field_info'", _pydantic_api),
+    # HfDeepSpeedConfig (accelerate/utils/deepspeed.py, transformers' integrations/deepspeed.py before): a value of
+    # --deepspeed that is no file is taken for base64; its decoding fails first when the path is a long one
+    _sig("ds-config-not-found", "PRE014", ("a string path to an existing deepspeed config",
+                                           "urlsafe_b64decode(config_file_or_dict)"),
+         r"Expected a string path to an existing deepspeed config|urlsafe_b64decode\(config_file_or_dict\)",
+         _config_not_found),
     _sig("zero3-device-map", "HF209", "is not compatible with `low_cpu_mem_usage=True`",
          r"DeepSpeed Zero-3 is not compatible with `low_cpu_mem_usage=True` or with passing a `device_map`",
          _first_line),
