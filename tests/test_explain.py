@@ -1598,3 +1598,17 @@ def test_ssh_refusing_a_hostfiles_node_is_a_failure():
            "ssh: connect to host node3 port 22: Connection timed out\n")
     findings, _ = explain(log)
     assert findings[0].id == "LOG810" and findings[0].severity == "error" and "node3" in findings[0].evidence
+
+
+def test_a_log_that_ends_at_the_launchers_start_is_a_stop_there_not_no_failure():
+    """Nothing of the ranks after the launcher's own lines (a pdsh launch whose nodes never answer): inconclusive,
+    exit 1; a launcher line that says every rank ended well is no such stop."""
+    log = ("[2024-02-02 10:00:00,000] [INFO] [real_accelerator.py:161:get_accelerator] Setting ds_accelerator to cuda "
+           "(auto detect)\n[2024-02-02 10:00:01,000] [INFO] [multinode_runner.py:80:get_cmd] Running on the following "
+           "workers: node-a,node-b\n[2024-02-02 10:00:01,000] [INFO] [runner.py:571:main] cmd = pdsh -S -f 1024 -w "
+           "node-a,node-b export PYTHONPATH=/work; cd /work; python -u -m deepspeed.launcher.launch train.py\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG810" and findings[0].severity == "error" and "stops at its launch" in findings[0].title
+    assert result["first_failure"]["signature"] == "ends-in-launch"
+    ok = log + "[2024-02-02 10:30:00,000] [INFO] [launch.py:351:main] Process 11 exits successfully.\n"
+    assert explain(ok)[0][0].id == "LOG800"

@@ -331,6 +331,22 @@ NCCL_TESTS_HEADER = re.compile(r"\b(?:bytes|size)\s{1,40}(?:N|count)\s{1,40}type
 NCCL_TESTS_UNITS = re.compile(r"\(B\)\s{1,40}\(elements\)|out-of-place\s{1,80}in-place")
 
 
+#: the launcher's own lines (DeepSpeed's runner.py, launch.py, multinode_runner.py and accelerator detection; torchrun's
+#: OMP_NUM_THREADS banner): what a run prints before any rank does
+LAUNCHER_LINE = re.compile(r"\[(?:runner|launch|multinode_runner|real_accelerator|constants)\.py:\d{1,6}:\w{1,60}\]|"
+                           r"Setting OMP_NUM_THREADS environment variable|^\s*\*{20,}\s*$")
+
+
+def ends_in_launch(lines: list[Line]) -> Line | None:
+    """The launcher line a log ends with, when no line of a rank follows the launch (its last non-blank line is the
+    launcher's), or None."""
+    tail = [ln for ln in lines[-12:] if ln.text.strip() and not ln.text.strip().startswith("```")]
+    if not tail or not LAUNCHER_LINE.search(tail[-1].text) or finished(lines, []) or \
+            any(FINISHED.search(ln.text) for ln in tail):
+        return None  # the launcher's last word is that every rank ended well
+    return tail[-1]
+
+
 def ends_in_first_collective(lines: list[Line]) -> Line | None:
     """The nccl-tests table header a log ends in, with no result row after it (only its units line or blank ones),
     or None: the benchmark's first collective never completed (nccl-tests prints a row per size as each finishes)."""
@@ -419,6 +435,19 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                     "NCCL_SHM_DISABLE=1 removes is /dev/shm. `dsdoctor nccl` runs the same collectives with a "
                     "timeout and names the stage that hangs.")], result
         finding, origin = _unnamed(lines)
+        launch = ends_in_launch(lines) if finding.id in ("LOG800", "LOG811") else None
+        if launch is not None:  # a launcher's warning before it (LOG811) keeps its origin
+            result.update(first_failure={"rule": "LOG810", "signature": "ends-in-launch", "line": launch.number,
+                                         "rank": launch.rank}, matches=[], origin=origin, finished=False)
+            return [LOG810.finding(
+                _quoted(f"{launch.at}: the log ends with the launcher's own start-up line ({launch.text.strip()[:160]})"
+                        f" and not one line of the ranks after it: they hang before their first print (a node the "
+                        f"launcher cannot reach or start, an import or rendezvous that never returns), or the paste "
+                        f"stops there"),
+                title="the run stops at its launch (inconclusive)",
+                fix="Give the log of each rank (`deepspeed --enable_each_rank_log DIR`, torchrun's --log-dir) and "
+                    "what `dsdoctor hang` says of the stuck processes (py-spy stacks); `dsdoctor nccl` with the same "
+                    "hosts and MASTER_ADDR checks the rendezvous and the collectives on their own.")], result
         result.update(first_failure=None, matches=[], origin=origin)
         return [finding], result
     if first.signature.name == "stopped":
