@@ -36,13 +36,17 @@ SCOPE = {
                      "training_args.py",
                      "dynamic_module_utils.py", "integrations/peft.py", "trainer_utils.py", "trainer_pt_utils.py",
                      "utils/import_utils.py", "modeling_flash_attention_utils.py", "data/data_collator.py",
-                     "configuration_utils.py", "tokenization_utils_base.py", "hf_argparser.py", "utils/versions.py"),
+                     "configuration_utils.py", "tokenization_utils_base.py", "hf_argparser.py", "utils/versions.py",
+                     # the Auto classes: a model type or class the installed transformers does not know
+                     "models/auto/"),
     "peft": ("",),
     "accelerate": ("accelerator.py", "state.py", "utils/", "commands/launch.py", "commands/config/", "data_loader.py",
                    "checkpointing.py", "big_modeling.py"),
     "torch": ("distributed/", "utils/cpp_extension.py", "cuda/__init__.py", "cuda/memory.py",
               "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py", "nn/modules/module.py",
-              "nn/functional.py"),
+              "nn/functional.py",
+              # torch.load: a checkpoint refused by weights_only (the default since torch 2.6)
+              "serialization.py", "_weights_only_unpickler.py"),
 }
 #: The training tools our users launch DeepSpeed through (the brief: LLaMA-Factory, axolotl; ms-swift, TRL and
 #: OpenRLHF in their threads), mined from a downloaded wheel (``pip download --no-deps llamafactory``; not installed,
