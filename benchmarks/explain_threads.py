@@ -45,19 +45,26 @@ def origin_right(expected: dict, origin: dict | None) -> bool:
     want = expected.get("origin") or {}
     if not want or not origin or not want.get("package"):
         return False
-    # a package under its other names: ms-swift's, and LLaMA-Factory's before 0.8 (llmtuner)
-    package = str(want["package"]).lower().replace("-", "").replace("ms_swift", "swift").replace("mswift", "swift")
-    package = "llamafactory" if package == "llmtuner" else package
-    if package.replace("_", "") != str(origin.get("package") or "").lower().replace("_", ""):
+    # a package under its other names, on both sides: ms-swift's, and LLaMA-Factory's before 0.8 (llmtuner)
+    package, reported = _alias(want["package"]), _alias(origin.get("package") or "")
+    if package != reported:
         return False
     file = want.get("file")
-    if file:  # a label may give the path in the repository (src/transformers/..., deepspeed/runtime/...): the path
-        # inside the package is what explain reports
+    if file:  # a label may give the path in the repository (src/transformers/..., deepspeed/runtime/...,
+        # src/llmtuner/...): the path inside the package is what explain reports
         file = str(file).split(" ")[0]
         file = file[4:] if file.startswith("src/") else file
-        top = str(want["package"]).lower().replace("-", "_")
-        file = file[len(top) + 1:] if file.lower().startswith(top + "/") else file
+        tops = {str(want["package"]).lower().replace("-", "_"), str(origin.get("package") or "").lower()}
+        top = next((t for t in tops if t and file.lower().startswith(t + "/")), None)
+        file = file[len(top) + 1:] if top else file
     return not file or str(origin.get("file") or "").endswith(file)
+
+
+def _alias(package: str) -> str:
+    """A package's one name: lower case, no '-' or '_'; ms-swift is swift, llmtuner (LLaMA-Factory before 0.8) is
+    llamafactory."""
+    name = str(package).lower().replace("-", "").replace("_", "").replace("msswift", "swift")
+    return "llamafactory" if name == "llmtuner" else name
 
 
 def _flat(text: str) -> str:

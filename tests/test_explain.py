@@ -1612,3 +1612,65 @@ def test_a_log_that_ends_at_the_launchers_start_is_a_stop_there_not_no_failure()
     assert result["first_failure"]["signature"] == "ends-in-launch"
     ok = log + "[2024-02-02 10:30:00,000] [INFO] [launch.py:351:main] Process 11 exits successfully.\n"
     assert explain(ok)[0][0].id == "LOG800"
+
+
+def test_torchs_checkpoint_warning_over_a_frozen_base_is_trn613_even_without_the_error_line():
+    """torch's 'None of the inputs have requires_grad=True' before a traceback cut short (Chinese-LLaMA-Alpaca #847's
+    form): the warning is the cause (TRN613), with torch's checkpoint.py as origin."""
+    log = ("/opt/env/lib/python3.10/site-packages/torch/utils/checkpoint.py:90: UserWarning: None of the inputs have "
+           "requires_grad=True. Gradients will be None\n  warnings.warn(\nTraceback (most recent call last):\n"
+           '  File "/opt/env/lib/python3.10/site-packages/transformers/trainer.py", line 2100, in _inner_training_loop\n')
+    findings, result = explain(log)
+    assert findings[0].id == "TRN613" and result["origin"]["file"] == "utils/checkpoint.py"
+
+
+def test_a_cuda_kernels_device_assertion_is_a_failure_with_torchs_kernel_as_origin():
+    """A device-side assertion of torch's CUDA kernels, after a progress bar or alone (llama-cookbook #189's kind: a
+    pad token past the embedding's rows): never 'no failure', its origin the kernel's file, the embedding check in
+    the fix for an index-select; another condition is named without it."""
+    log = ("  3%|▎         | 2/60 [00:03<01:30,  1.5s/it]/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1422: "
+           "indexSelectSmallIndex: block: [3,0,0], thread: [5,0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG810" and findings[0].severity == "error"
+    assert "resize_token_embeddings" in findings[0].fix
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("torch", "aten/src/ATen/native/cuda/Indexing.cu")
+    loss = ("/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], "
+            "thread: [0,0,0] Assertion `t >= 0 && t < n_classes` failed.\n")
+    findings, _ = explain(loss)
+    assert findings[0].id == "LOG810" and "a label outside the classes" in findings[0].evidence
+
+
+def test_an_evaluation_loss_of_nan_is_an_eval_batch_without_labels():
+    findings, _ = explain("{'loss': 1.21, 'learning_rate': 1e-05, 'epoch': 1.0}\n{'eval_loss': nan, 'eval_runtime': "
+                          "12.1, 'epoch': 1.0}\n")
+    assert findings[0].id == "DATA701" and "every label is -100" in findings[0].evidence
+    assert explain("{'loss': nan, 'epoch': 0.5}\n{'eval_loss': nan, 'epoch': 1.0}\n")[0][0].id == "TRN602"
+
+
+def test_an_nccl_error_that_came_back_through_its_bootstrap_is_the_interface_it_chose():
+    """NCCL_DEBUG=INFO shows the bootstrap on an interface NCCL picked itself (ib*) and the error's return through
+    bootstrap.cc (NVIDIA/nccl #1000's kind): NET411 naming it; the same error without that trace stays NET408."""
+    log = ("host-a:11:11 [0] NCCL INFO Bootstrap : Using ib0:192.168.50.1<0>\n"
+           "host-a:11:40 [0] NCCL INFO misc/socket.cc:484 -> 2\n"
+           "host-a:11:40 [0] NCCL INFO bootstrap.cc:123 -> 2\n"
+           "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970,"
+           " unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "NET411" and "used ib0 (192.168.50.1)" in findings[0].evidence
+    bare = log.split("\n", 3)[3]
+    assert explain(bare)[0][0].id == "NET408"
+
+
+def test_a_dict_value_refused_by_hfargumentparser_is_hf205():
+    findings, _ = explain("train.py: error: argument --deepspeed: invalid dict value: 'ds_z2.json'\n")
+    assert findings[0].id == "HF205" and "HfArgumentParser" in findings[0].evidence
+
+
+def test_a_message_two_packages_raise_is_named_by_the_one_whose_frame_raised_it():
+    """ms-swift copies the Trainer's 'did not return a loss' message: in a traceback that ends in transformers'
+    trainer.py (unsloth #1102's form), the origin is transformers."""
+    log = ('  File "/venv/lib/python3.10/site-packages/transformers/trainer.py", line 3381, in compute_loss\n'
+           "    raise ValueError(\n"
+           "ValueError: The model did not return a loss from the inputs, only the following keys: logits. For "
+           "reference, the inputs it received are input_ids,attention_mask.\n")
+    assert explain(log)[1]["origin"]["package"] == "transformers"

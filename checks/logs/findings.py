@@ -470,8 +470,10 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         if crossed is not None:  # another package's object lacks what the raising package expects: a version mismatch
             evidence, fix, extra = crossed[0], crossed[1], {**extra, "title": crossed[2]}
             target = rules["ENV310"]
-        found = _catalogued(match.line.text) if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None \
-            else None
+        raiser = frame_origin(lines, match.line_index, match.line.rank) \
+            if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
+        found = _catalogued(match.line.text, (raiser or {}).get("package")) \
+            if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
         origin = None
         if found is not None:  # no rule names it, but the catalogue knows whose message it is
             target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
@@ -482,8 +484,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             named = _catalogued(match.line.text)
             origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
-                origin = failure_origin(lines, match.line_index, match.line.rank) or frame_origin(lines) or \
-                    extra.get("origin")
+                origin = extra.get("origin") or failure_origin(lines, match.line_index, match.line.rank) or \
+                    frame_origin(lines)
             elif origin is None:  # a rule names it: whose code raised it, where the log says so
                 origin = _raised_at(match, lines) or extra.get("origin")
         if match is first and origin is not None:
@@ -567,12 +569,12 @@ def _raised_at(match: Match, lines: list[Line]) -> dict | None:
 COMPILER_ERROR = re.compile(r"\.(?:h|hpp|cuh|cu|cpp|cc)(?::\d{1,6}:\d{1,4}:|\(\d{1,6}\):) (?:fatal )?error\b")
 
 
-def _catalogued(text: str):
+def _catalogued(text: str, prefer: str | None = None):
     """The catalogue's template (:func:`dsdoctor.messages.catalogue.lookup`) of a failure's line, when it matched as
-    a whole, else None."""
+    a whole, else None; of equal matches, one of package ``prefer``."""
     from dsdoctor.messages.catalogue import lookup
 
-    found = lookup(text[:2000])
+    found = lookup(text[:2000], prefer)
     return found if found is not None and found.whole else None
 
 

@@ -317,6 +317,75 @@ def _store_unreachable(match: Match, lines: list[Line]) -> tuple[str, str]:
             "there; on one node 127.0.0.1), and open MASTER_PORT between the nodes.")
 
 
+#: NCCL_DEBUG=INFO's lines: the interface its bootstrap chose (init.cc bootstrapNetInit: "Bootstrap : Using
+#: ibp12s0:10.0.0.2<0>"), and an error's return path through its bootstrap or socket code ("bootstrap.cc:270 -> 2")
+NCCL_BOOTSTRAP_IF = re.compile(r"NCCL INFO Bootstrap : Using (?P<ifname>[\w.-]{1,40}):(?P<addr>[\d.:a-fA-F]{2,60})")
+NCCL_BOOTSTRAP_ERROR = re.compile(r"NCCL INFO (?:bootstrap|misc/socket|socket)\.cc:\d{1,6} -> [1-9]")
+
+
+def _nccl_error(match: Match, lines: list[Line]) -> tuple:
+    """NET408, NCCL's failure as torch reports it; NET411 when NCCL_DEBUG=INFO's own trace shows the error coming
+    back through its bootstrap (socket) code, over the interface it picked by itself: NCCL_SOCKET_IFNAME unset, it
+    prefers ib* (IPoIB) and others before the one that reaches the other nodes (misc/socket.cc ncclFindInterfaces)."""
+    chosen = next((m for m in (NCCL_BOOTSTRAP_IF.search(ln.text) for ln in lines[:20000] if "Bootstrap :" in ln.text)
+                   if m), None)
+    failed = next((ln for ln in lines[:match.line_index + 1] if " -> " in ln.text and NCCL_BOOTSTRAP_ERROR.search(
+        ln.text)), None)
+    named = any("NCCL_SOCKET_IFNAME" in ln.text for ln in lines[:20000])
+    if chosen is None or failed is None or named:
+        return _first_line(match, lines)
+    ifname = chosen.group("ifname")
+    return (_where(match) + match.line.text.strip()[:200] + f" (NCCL's bootstrap used {ifname} ({chosen.group('addr')}"
+            f"), the interface it chose itself, and failed there: {failed.at}: {failed.text.strip()[:120]})",
+            f"Set NCCL_SOCKET_IFNAME to the interface that reaches MASTER_ADDR from every node (the one `ip route get "
+            f"MASTER_ADDR` names; not {ifname}), for every rank; `dsdoctor env` on each node names it.",
+            {"rule": "NET411", "title": "NCCL bootstrapped over an interface the other nodes cannot reach"})
+
+
+#: what a failed device-side condition of torch's kernels means, by the condition's text
+ASSERT_MEANING = {
+    "srcIndex < srcSelectDimSize": "an index past the rows of the tensor it selects from: in an embedding, a token id "
+                                   "at or past the embedding's rows (a token added to the tokenizer without "
+                                   "resize_token_embeddings, a pad id out of range, a tokenizer of another model)",
+    "t >= 0 && t < n_classes": "a label outside the classes of the loss: a label id at or past the vocabulary (or a "
+                               "negative one other than -100)",
+}
+
+
+def _device_assert(match: Match, lines: list[Line]) -> tuple:
+    """A CUDA kernel of torch failed its device-side assertion (LOG810, no rule; its origin torch's kernel file)."""
+    g = match.groups
+    file = g.group("file")
+    file = file[file.index("aten/"):]
+    meaning = next((text for cond, text in ASSERT_MEANING.items() if cond in g.group("cond")), None)
+    origin = {"package": "torch", "file": file, "function": g.group("kernel"), "line": int(g.group("line")),
+              "code": "", "from": "mention"}
+    return (_where(match) + f"torch's CUDA kernel {g.group('kernel')} ({file}:{g.group('line')}) failed its "
+            f"assertion `{g.group('cond')}`" + (f": {meaning}" if meaning else ""),
+            ("Compare the tokenizer's length with the model's embedding rows (len(tokenizer) against "
+             "model.get_input_embeddings().weight.shape[0]) and call model.resize_token_embeddings(len(tokenizer)) "
+             "after adding tokens; set pad_token to an existing token (eos). " if meaning and "token" in meaning else "")
+            + "CUDA_LAUNCH_BLOCKING=1 makes the Python traceback point at the op; on the CPU the same op raises "
+              "'index out of range in self' at once.",
+            {"title": f"a CUDA kernel's assertion failed ({g.group('kernel')}, inconclusive)", "origin": origin})
+
+
+def _checkpoint_no_grad(match: Match, lines: list[Line]) -> tuple[str, str]:
+    return (_where(match) + match.line.text.strip()[:200] + " (torch's reentrant checkpoint: the inputs of a "
+            "checkpointed block need no grad, the frozen base's embedding output, so nothing in it, the LoRA layers "
+            "included, gets a gradient)", "")
+
+
+def _eval_nan(match: Match, lines: list[Line]) -> tuple[str, str]:
+    train_nan = any(re.search(r"['\"]loss['\"]: '?nan\b", ln.text) for ln in lines[:200000])
+    return (_where(match) + match.line.text.strip()[:200] + (" (the training loss is NaN too)" if train_nan else
+            " (an evaluation batch whose every label is -100: samples truncated before their answer, or an answer "
+            "template the collator cannot find, leave no token to score, and the mean over none is NaN)"),
+            "Drop or shorten the samples whose answer starts past the sequence length (`dsdoctor data` counts them), "
+            "or raise max_seq_length; with trl's DataCollatorForCompletionOnlyLM, check the response template is "
+            "found in the tokenized eval samples.")
+
+
 def _dtype_mismatch(match: Match, lines: list[Line]) -> tuple:
     """DS113 when the two dtypes torch names are fp16 and bf16 (the config's precision against the weights');
     a full-precision operand against a half one is a cast in the code (a layer or input upcast to fp32, autocast
@@ -413,6 +482,14 @@ def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
         return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
                 "arguments)", "", {})
     refused = ARGPARSE_VALUE.search(match.line.text)
+    if refused and "invalid dict value" in match.line.text:  # only HfArgumentParser gives argparse type=dict
+        return (evidence + f" (transformers' HfArgumentParser reads {refused.group('opt')} as a dict in the installed "
+                           f"version: it takes the field's type from the TrainingArguments annotation, dict | str, "
+                           f"and a path is no dict)",
+                f"Use a transformers version whose parser reads {refused.group('opt')} as a path (`pip install -U "
+                f"transformers`, or the version the training repository pins), or give the config inline as JSON "
+                f"({refused.group('opt')} '{{\"zero_optimization\": ...}}').",
+                {"rule": "HF205", "title": "the installed transformers parses a TrainingArguments field differently"})
     if refused:  # the line gives an option a value its add_argument (type=, choices=) cannot take
         return (evidence + f" (the script's parser refuses the value of {refused.group('opt')}: argparse exits with "
                            f"status 2 before anything runs)",
@@ -692,6 +769,18 @@ SIGNATURES: tuple[Signature, ...] = (
          r"The client socket has failed to connect to (?:\[(?P<addr>[^\]\n]{1,200})\]|(?P<addr2>\S{1,200})):"
          r"(?P<port>\d{1,5}) \(errno: (?P<errno>110|113|101)\b", _store_unreachable, "dsdoctor nccl",
          consequence=True),
+    # a CUDA kernel's device-side assertion in torch (aten/src/ATen/native/cuda/*.cu): the kernel, the condition
+    _sig("cuda-device-assert", "LOG810", ("Assertion `", "Assertion '"),
+         r"(?P<file>[\w./-]{0,200}aten/src/ATen/native/cuda/[\w/]{1,100}\.cuh?):(?P<line>\d{1,6}): (?P<kernel>\w{1,100}):"
+         r" block: \[[\d,]{1,40}\], thread: \[[\d,]{1,40}\] Assertion [`'](?P<cond>[^`'\n]{1,200})[`'] failed",
+         _device_assert),
+    # torch's reentrant checkpoint warning: the checkpointed block's inputs need no grad, so nothing inside it gets
+    # one (LoRA over a frozen base without enable_input_require_grads)
+    _sig("checkpoint-no-input-grad", "TRN613", "None of the inputs have requires_grad=True",
+         r"None of the inputs have requires_grad=True\. Gradients will be None", _checkpoint_no_grad),
+    # an evaluation's loss NaN while training's is not: an eval batch whose labels are all -100 (0/0 in the mean)
+    _sig("eval-nan-loss", "DATA701", "eval_loss",
+         r"['\"]eval_loss['\"]: '?nan\b", _eval_nan, "dsdoctor data --model MODEL --seq-len N"),
     _sig("nccl-duplicate-gpu", "NET415", "Duplicate GPU detected",
          r"Duplicate GPU detected : rank (?P<a>\d{1,6}) and rank (?P<b>\d{1,6}) both on CUDA device (?P<dev>\w{1,20})",
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
@@ -869,7 +958,7 @@ SIGNATURES: tuple[Signature, ...] = (
          consequence=True),
     _sig("nccl-error", "NET408", "NCCL error",
          r"NCCL error in: [^\n]{0,400}?(?:unhandled system error|unhandled cuda error|internal error|"
-         r"remote process exited)", _first_line, "dsdoctor nccl", consequence=True),
+         r"remote process exited)", _nccl_error, "dsdoctor nccl", consequence=True),
     # the run stopped from outside: torchrun's agent (SignalException, "Received 15 death signal"), DeepSpeed's
     # launcher, slurm's cancel (a time limit, a preemption), a Ctrl-C's KeyboardInterrupt; never the cause of a failure
     # before it

@@ -207,9 +207,10 @@ def _index() -> dict[str, list[Entry]]:
     return index
 
 
-def lookup(text: str) -> Found | None:
+def lookup(text: str, prefer: str | None = None) -> Found | None:
     """The catalogue's template that ``text`` (one log line, or wrapped lines joined) holds, or None (see the module
-    docstring)."""
+    docstring). Of templates that match as well, one of package ``prefer`` (the package whose frame raised it: a
+    message ms-swift copied from transformers' Trainer is transformers' in a traceback that ends there)."""
     line = _plain(SPACES.sub(" ", text))
     index = _index()
     seen: set[int] = set()
@@ -227,7 +228,8 @@ def lookup(text: str) -> Found | None:
             continue
         seen.add(id(e))
         candidate = Found(e, whole, literal)
-        if best is None or (candidate.whole, candidate.literal) > (best.whole, best.literal):
+        if best is None or (candidate.whole, candidate.literal, e.package == prefer) > \
+                (best.whole, best.literal, best.entry.package == prefer):
             best = candidate
     return best
 
