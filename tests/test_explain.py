@@ -1674,3 +1674,15 @@ def test_a_message_two_packages_raise_is_named_by_the_one_whose_frame_raised_it(
            "ValueError: The model did not return a loss from the inputs, only the following keys: logits. For "
            "reference, the inputs it received are input_ids,attention_mask.\n")
     assert explain(log)[1]["origin"]["package"] == "transformers"
+
+
+def test_a_torch_cpp_message_with_no_frame_is_named_torchs_but_a_frame_comes_first():
+    """torch's C++ checks are in no Python source: a pasted line that holds one and no traceback (ms-swift #2746's
+    form) is torch's, from its library; with a traceback, the innermost frame says whose code called the op."""
+    bare = "RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following\n"
+    findings, result = explain(bare)
+    assert findings[0].id == "LOG810" and result["origin"]["package"] == "torch"
+    assert result["origin"]["from"] == "cpp" and "C++ (lib/libtorch_cpu.so" in findings[0].evidence
+    framed = ('  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2100, in step\n'
+              "    total_norm = self.unscale_and_clip_grads(sub_group_id, scaled_global_grad_norm)\n" + bare)
+    assert explain(framed)[1]["origin"]["package"] == "deepspeed"

@@ -156,3 +156,27 @@ def test_coverage_maps_templates_to_the_rules_of_explains_signatures():
     assert rule_of("ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config") is None
     table = coverage()
     assert table["deepspeed"]["rules"]["DS121"] == 1 and table["nccl"]["rules"]["NET415"] == 1
+
+
+def test_torchs_cpp_messages_are_mined_from_its_libraries(tmp_path):
+    """mine_binary keeps the sentences of a library's strings that read as error messages (TORCH_CHECK's pieces),
+    not code, schemas or names; the shipped torch_cpp.json is the installed torch's (a new torch needs `python -m
+    dsdoctor.messages.generate`) and holds the C++ checks no Python source has."""
+    import json
+
+    from dsdoctor.messages.catalogue import HERE, cpp_origin
+    from dsdoctor.messages.mine import mine_binary
+
+    lib = tmp_path / "libfake.so"
+    lib.write_bytes(b"\x00\x7fELF\x00Expected to mark a variable ready only once. This error is caused by one of the "
+                    b"following reasons\x00aten::add.Tensor(Tensor self, Tensor other) -> Tensor\x00"
+                    b"std::vector<int64_t> const& sizes() const;\x00short\x00The weights of the layer are "
+                    b"nicely initialised here\x00")
+    assert mine_binary([lib]) == {"libfake.so": ["Expected to mark a variable ready only once.",
+                                                 "This error is caused by one of the following reasons"]}
+    data = json.loads((HERE / "torch_cpp.json").read_text())
+    assert data["versions"] == [installed("torch")[1]]
+    found = cpp_origin("[rank1]: RuntimeError: Expected all tensors to be on the same device, but found at least two "
+                       "devices, cpu and cuda:0!")
+    assert (found["package"], found["file"], found["from"]) == ("torch", "lib/libtorch_cpu.so", "cpp")
+    assert cpp_origin("ValueError: You are using ZeRO-Offload with a client provided optimizer") is None

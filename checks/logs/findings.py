@@ -485,7 +485,7 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
                 origin = extra.get("origin") or failure_origin(lines, match.line_index, match.line.rank) or \
-                    frame_origin(lines)
+                    frame_origin(lines) or cpp_origin(match.line.text)
             elif origin is None:  # a rule names it: whose code raised it, where the log says so
                 origin = _raised_at(match, lines) or extra.get("origin")
         if match is first and origin is not None:
@@ -544,6 +544,14 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
+
+
+def cpp_origin(text: str) -> dict | None:
+    """torch's C++ message in ``text`` (:func:`dsdoctor.messages.catalogue.cpp_origin`): the last resort of an origin,
+    after the traceback's frames, which say whose code called the op."""
+    from dsdoctor.messages.catalogue import cpp_origin as lookup_cpp
+
+    return lookup_cpp(text[:2000])
 
 
 def _raised_at(match: Match, lines: list[Line]) -> dict | None:
@@ -605,7 +613,8 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                       (PYTHON_ERROR.match(ln.text.strip()) or OBJECT_CLASS.search(ln.text))), None)
         origin = (failure_origin(lines, first, lines[first].rank) if first is not None else None) or \
             frame_origin(lines) or next((o for o in (mentioned_origin(ln.text) for ln in failing[:MAX_LOOKUPS]
-                                                    if ".py" in ln.text) if o), None) or nccl_origin(failing)
+                                                    if ".py" in ln.text) if o), None) or nccl_origin(failing) or \
+            next((o for o in (cpp_origin(ln.text) for ln in failing[:MAX_LOOKUPS]) if o), None)
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)

@@ -139,6 +139,9 @@ def describe_frame(origin: dict) -> str:
         return f"the object is {who}class defined in {origin['file']}, {origin['versions']}"
     if origin["from"] == "mention":
         return f"the line names {who}{origin['file']}"
+    if origin["from"] == "cpp":
+        return (f"the message is {who}C++ ({origin['file']}, {origin['versions']}: \"{origin['message'][:80]}\"), "
+                f"raised by the op the code called")
     if origin["from"] == "attribute":
         return (f"{origin['attribute']} is an attribute ZeRO-3 gives every parameter it partitions ({who}"
                 f"{origin['file']}): this parameter was made after the model was partitioned (model code that "

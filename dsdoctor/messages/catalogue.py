@@ -286,3 +286,40 @@ def approximate(text: str) -> Found | None:
 def catalogue_versions() -> dict[str, tuple[str, ...]]:
     """{package: the versions its shipped catalogue was mined from}."""
     return {package: tuple(data["versions"]) for package, data in catalogues().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _cpp() -> tuple[dict[str, list[tuple[str, str]]], str]:
+    """({first characters: [(sentence, library)]}, torch's version) of ``torch_cpp.json`` (torch's C++ messages,
+    :func:`dsdoctor.messages.mine.mine_binary`); ({}, "") when it is not shipped."""
+    path = HERE / "torch_cpp.json"
+    if not path.exists():
+        return {}, ""
+    data = json.loads(path.read_text())
+    index: dict[str, list[tuple[str, str]]] = {}
+    for library, sentences in data["libraries"].items():
+        for sentence in sentences:
+            index.setdefault(sentence[:KEY], []).append((sentence, library))
+    return index, ", ".join(data["versions"])
+
+
+def cpp_origin(text: str) -> dict | None:
+    """torch's C++ message ``text`` holds (the longest of its sentences found in the line: "Expected to mark a variable
+    ready only once.", "Expected all tensors to be on the same device, but found at least two devices"), as an
+    origin ``{"package": "torch", "file": "lib/libtorch_cpu.so", "message": ..., "from": "cpp"}``, or None. These
+    messages are in no Python source: TORCH_CHECK and c10d's errors, compiled into torch's libraries."""
+    index, versions = _cpp()
+    if not index:
+        return None
+    line = SPACES.sub(" ", text)
+    best = None
+    for i in range(len(line) - KEY + 1):  # the first message of the line, the longest there
+        for sentence, library in index.get(line[i:i + KEY], ()):
+            if (best is None or len(sentence) > len(best[0])) and line.startswith(sentence, i):
+                best = (sentence, library)
+        if best is not None:
+            break
+    if best is None:
+        return None
+    return {"package": "torch", "file": f"lib/{best[1]}", "function": None, "line": None, "versions": versions,
+            "message": best[0], "from": "cpp"}

@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from dsdoctor.messages.mine import Template, mine_nccl, mine_python
+from dsdoctor.messages.mine import Template, mine_binary, mine_nccl, mine_python
 
 HERE = Path(__file__).parent
 
@@ -189,6 +189,24 @@ def main(argv: list[str] | None = None) -> None:
         kinds = Counter(t.kind for t in templates)
         print(f"{package} {version}: {len(templates)} templates from {files} files ({dynamic} dynamic skipped; "
               f"{dict(kinds)}); catalogue now {len(data['templates'])} templates over {data['versions']}")
+        if package == "torch" and not args.no_installed and installed("torch") == (root, version):
+            cpp = write_torch_cpp(root, version)
+            print(f"torch {version} C++: " + ", ".join(f"{n} {len(v)} messages" for n, v in cpp["libraries"].items()))
+
+
+#: torch's compiled libraries whose C++ messages are mined (:func:`mine.mine_binary`), those of the installed build
+TORCH_LIBRARIES = ("libtorch_cpu.so", "libc10.so", "libtorch_python.so", "libtorch_cuda.so", "libc10_cuda.so")
+
+
+def write_torch_cpp(root: Path, version: str) -> dict:
+    """``torch_cpp.json``: the C++ messages of the installed torch's libraries (``root``: the package's directory),
+    ``{"package": "torch", "versions": [version], "libraries": {name: [sentence, ...]}}``; replaces the file (one
+    version: the libraries of other versions are not at hand)."""
+    libs = [root / "lib" / name for name in TORCH_LIBRARIES if (root / "lib" / name).exists()]
+    data = {"package": "torch", "kind": "cpp", "versions": [version], "libraries": mine_binary(libs),
+            "generated_by": "python -m dsdoctor.messages.generate (dsdoctor/messages/mine.py mine_binary)"}
+    (HERE / "torch_cpp.json").write_text(json.dumps(data, indent=0, ensure_ascii=False) + "\n")
+    return data
 
 
 if __name__ == "__main__":

@@ -288,3 +288,45 @@ def mine_nccl(root: Path) -> tuple[list[Template], int, int]:
                 continue
             found.append(t)
     return found, dynamic, files
+
+
+# --- torch's C++ messages, read from its shared libraries ---------------------------------------------------------
+
+#: a run of printable ASCII in a compiled library: where a C string literal is
+C_RUN = re.compile(rb"[\x20-\x7e]{24,4000}")
+#: the sentences of a run (TORCH_CHECK's pieces are joined by c10::str; a run may hold several messages)
+SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+#: words of an error message: what a fragment must hold to be kept (the others are docstrings, schemas, names)
+ERROR_WORDS = re.compile(r"\b(?:expected|expects|must|cannot|can't|not|invalid|failed|unsupported|only|should|"
+                         r"requires?|mismatch|out of|error|unable|doesn't|too|exceeds?|illegal|unknown|missing|mark)\b",
+                         re.I)
+#: code, format strings, schemas and paths: no message
+NOT_MESSAGE = re.compile(r"[{};$\\\t%]|::|->|/\*|//|#include|__|\bdef |\breturn\b|\bself\.|aten::|\bconst\b|"
+                         r"\btemplate\b|\bstd::|\bTensor\(|\bint64_t\b|\(\*\)|\.cpp\b|\.h\b|^\s*[a-z_]+\(|=\s*\d")
+
+
+def mine_binary(paths: list[Path]) -> dict[str, list[str]]:
+    """{library file name: the sentences of its string constants that read as error messages}: torch's C++ checks
+    (TORCH_CHECK, c10d's, the autograd engine's: "Expected all tensors to be on the same device, but found at least
+    two devices", "Expected to mark a variable ready only once.") are in no Python source, only compiled into
+    libtorch_cpu.so, libc10.so and libtorch_python.so (libtorch_cuda.so on a CUDA build). A sentence is kept when it
+    has 24-400 characters, four words, one word of an error (:data:`ERROR_WORDS`), 80% letters and spaces, and
+    nothing of code (:data:`NOT_MESSAGE`). These are fragments, not whole templates: c10::str joins them with the
+    values at run time."""
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        found: set[str] = set()
+        with open(path, "rb") as f:
+            data = f.read()
+        for run in C_RUN.finditer(data):
+            for sentence in SENTENCE.split(run.group().decode("ascii")):
+                text = sentence.strip().strip(" ,:(")
+                if not 24 <= len(text) <= 400 or NOT_MESSAGE.search(text):
+                    continue
+                if len(re.findall(r"[A-Za-z]{2,}", text)) < 4 or not ERROR_WORDS.search(text):
+                    continue
+                if sum(c.isalpha() or c == " " for c in text) < 0.8 * len(text):
+                    continue
+                found.add(text)
+        out[path.name] = sorted(found)
+    return out
