@@ -1686,3 +1686,40 @@ def test_a_torch_cpp_message_with_no_frame_is_named_torchs_but_a_frame_comes_fir
     framed = ('  File "/venv/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2100, in step\n'
               "    total_norm = self.unscale_and_clip_grads(sub_group_id, scaled_global_grad_norm)\n" + bare)
     assert explain(framed)[1]["origin"]["package"] == "deepspeed"
+
+
+def test_a_native_assertion_aborts_the_process_and_names_its_package():
+    """glibc's assert() line in a compiled op (DeepSpeed #4888's kind), with its source path or only its function:
+    a failure (not 'stops at its launch' for the launcher's kills after it), its origin the path's package or the
+    one the function's name says."""
+    log = ("python: /venv/lib/python3.11/site-packages/deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio.cpp:77: int "
+           "deepspeed_aio_read(torch::Tensor&, const char*): Assertion `num_bytes > 0' failed.\n"
+           "[2024-05-01 10:00:00,000] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 4242\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG810" and "assertion `num_bytes > 0`" in findings[0].evidence
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("deepspeed",
+                                                                       "ops/csrc/aio/py_lib/deepspeed_py_aio.cpp")
+    findings, result = explain("void c10::cuda::CUDACachingAllocator::free(void*): Assertion `block != nullptr' "
+                               "failed.\n")
+    assert findings[0].severity == "error" and result["origin"]["package"] == "torch"
+
+
+def test_torchruns_failure_summary_names_the_rank_that_failed():
+    log = ("[2025-01-01 00:00:00,000] [INFO] [logging.py:128:log_dist] [Rank 0] step=100\n\n  host      : node-a\n"
+           "  rank      : 6 (local_rank: 6)\n  exitcode  : 1 (pid: 31337)\n  error_file: <N/A>\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "LOG806" and "rank 6 exited with code 1" in findings[0].evidence
+
+
+def test_a_copy_of_a_deepspeed_script_is_deepspeeds_code():
+    """DeepSpeed writes zero_to_fp32.py into every checkpoint folder, and users copy ds_to_universal.py: a frame in
+    such a file is DeepSpeed's (the catalogue's scripts); a user's own launch.py or __init__.py is not."""
+    from dsdoctor.checks.logs.origin import _package
+
+    assert _package("/data/run1/checkpoint-500/zero_to_fp32.py") == ("deepspeed", "utils/zero_to_fp32.py")
+    assert _package("/home/user/tools/ds_to_universal.py") == ("deepspeed", "checkpoint/ds_to_universal.py")
+    assert _package("/home/user/launch.py") == (None, "launch.py")
+    log = ("Traceback (most recent call last):\n  File \"/data/run1/checkpoint-500/zero_to_fp32.py\", line 600, in "
+           "<module>\n    convert_zero_checkpoint_to_fp32_state_dict(args.checkpoint_dir, args.output_file)\n"
+           "ValueError: unknown zero stage 0\n")
+    assert explain(log)[1]["origin"]["package"] == "deepspeed"

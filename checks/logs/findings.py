@@ -333,7 +333,8 @@ NCCL_TESTS_UNITS = re.compile(r"\(B\)\s{1,40}\(elements\)|out-of-place\s{1,80}in
 
 #: the launcher's own lines (DeepSpeed's runner.py, launch.py, multinode_runner.py and accelerator detection; torchrun's
 #: OMP_NUM_THREADS banner): what a run prints before any rank does
-LAUNCHER_LINE = re.compile(r"\[(?:runner|launch|multinode_runner|real_accelerator|constants)\.py:\d{1,6}:\w{1,60}\]|"
+LAUNCHER_LINE = re.compile(r"\[(?:runner|launch|multinode_runner|real_accelerator|constants)\.py:\d{1,6}:"
+                           r"(?!sigkill_handler)\w{1,60}\]|"  # (its kills follow a failure: no start-up line)
                            r"Setting OMP_NUM_THREADS environment variable|^\s*\*{20,}\s*$")
 
 

@@ -48,6 +48,11 @@ def _package(path: str) -> tuple[str | None, str]:
     for i in range(len(parts) - 2, -1, -1):  # a source checkout (pip install -e): the nearest known package folder
         if parts[i] in PACKAGES:
             return parts[i], "/".join(parts[i + 1:])
+    from dsdoctor.messages.catalogue import script_origin
+
+    copied = script_origin(parts[-1])  # a package's script copied beside the user's files (zero_to_fp32.py, which
+    if copied:  # DeepSpeed writes into every checkpoint folder)
+        return copied
     return _checkout_package(parts)
 
 

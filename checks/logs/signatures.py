@@ -370,6 +370,34 @@ def _device_assert(match: Match, lines: list[Line]) -> tuple:
             {"title": f"a CUDA kernel's assertion failed ({g.group('kernel')}, inconclusive)", "origin": origin})
 
 
+#: a C++ function whose name says its package: deepspeed_io_handle_t::wait, c10::..., at::native::...
+NATIVE_PACKAGE = re.compile(r"\b(?P<pkg>deepspeed|torch|c10|at|nccl)(?:_\w{0,60})?::")
+
+
+def _native_assert(match: Match, lines: list[Line]) -> tuple:
+    """A native assert() that failed (the process aborts: SIGABRT): LOG810 with its origin, the file the line names
+    (a package's source, ``.../deepspeed/ops/csrc/aio/...``) or the package its function's name says."""
+    from .origin import mentioned_origin
+
+    g = match.groups
+    func, cond = g.group("func") or g.group("func2"), g.group("cond") or g.group("cond2")
+    origin = mentioned_origin(g.group("path")) if g.group("path") else None
+    if origin is None:
+        named = NATIVE_PACKAGE.search(func)
+        if named:
+            package = {"c10": "torch", "at": "torch"}.get(named.group("pkg"), named.group("pkg"))
+            origin = {"package": package, "file": None, "function": func.strip()[-120:], "line": None,
+                      "code": "", "from": "mention"}
+    where = f"{origin['package']}'s " if origin else ""
+    return (_where(match) + f"{where}native code failed its assertion `{cond}` in {func.strip()[-160:]}: the "
+            f"process aborted (SIGABRT)",
+            "An assertion in compiled code is a bug or a state the code did not expect: search the condition in the "
+            "package's issue tracker and upgrade it (DeepSpeed's aio and swap ops have fixed several); the lines "
+            "before it say which step ran.",
+            {"title": "native code failed an assertion and aborted (inconclusive)", **({"origin": origin} if origin
+                                                                                      else {})})
+
+
 def _checkpoint_no_grad(match: Match, lines: list[Line]) -> tuple[str, str]:
     return (_where(match) + match.line.text.strip()[:200] + " (torch's reentrant checkpoint: the inputs of a "
             "checkpointed block need no grad, the frozen base's embedding output, so nothing in it, the LoRA layers "
@@ -558,7 +586,10 @@ def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
     negative code: -11 is SIGSEGV, a crash in native code)."""
     g = match.groups.groupdict()
     rank = g.get("rank") or g.get("rank2")
-    code = g.get("code") or g.get("code2") or g.get("code4")
+    code = g.get("code") or g.get("code2") or g.get("code4") or g.get("code5")
+    if g.get("code5") and not rank and match.line_index:  # torchrun's summary: "rank : 4 (local_rank: 4)" above
+        above = re.search(r"^\s{0,8}rank\s{0,8}:\s{0,4}(\d{1,6})\b", lines[match.line_index - 1].text)
+        rank = above.group(1) if above else None
     sig = g.get("sig") or g.get("sig2") or (code[1:] if code and code.startswith("-") else None)
     name = g.get("signame") or g.get("signame2") or SIGNAL_NAMES.get(_int(sig, 3) or 0, "")
     who = f"rank {rank}" if rank else "a rank"
@@ -774,6 +805,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?P<file>[\w./-]{0,200}aten/src/ATen/native/cuda/[\w/]{1,100}\.cuh?):(?P<line>\d{1,6}): (?P<kernel>\w{1,100}):"
          r" block: \[[\d,]{1,40}\], thread: \[[\d,]{1,40}\] Assertion [`'](?P<cond>[^`'\n]{1,200})[`'] failed",
          _device_assert),
+    # assert() in native code (glibc: "python: FILE:LINE: FUNCTION: Assertion `COND' failed.", then SIGABRT): a
+    # compiled op's own check, DeepSpeed's aio or a CUDA extension
+    _sig("native-assert", "LOG810", "Assertion `",
+         r"(?P<path>[\w./~-]{1,300}\.(?:cpp|cc|cu|cuh|c|h|hpp)):(?P<line>\d{1,6}): (?P<func>[^`\n]{1,600}?): "
+         r"Assertion `(?P<cond>[^`'\n]{1,200})' failed|"
+         r"^\s{0,8}(?P<func2>[^`/\n]{1,300}?): Assertion `(?P<cond2>[^`'\n]{1,200})' failed", _native_assert),
     # torch's reentrant checkpoint warning: the checkpointed block's inputs need no grad, so nothing inside it gets
     # one (LoRA over a frozen base without enable_input_require_grads)
     _sig("checkpoint-no-input-grad", "TRN613", "None of the inputs have requires_grad=True",
@@ -949,12 +986,15 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),
          r"(?<!\d)\d{1,6} validation errors? for DeepSpeed\w{0,60}Config", _validation, "dsdoctor check ds_config.json"),
-    _sig("rank-exit", "LOG806", ("exits with return", "failed (exitcode", "received by PID", "died with <Signals."),
+    _sig("rank-exit", "LOG806", ("exits with return", "failed (exitcode", "received by PID", "died with <Signals.",
+                                 "exitcode  :", "exitcode :", "exitcode:"),
          r"--local_rank=(?P<rank2>\d{1,6})'?(?:, [^\]\n]{0,400})?\] exits with return code = (?P<code2>-?(?!9(?!\d))[1-9]\d{0,3})"
          r"(?!\d)|sigkill_handler\]\s{0,3}exits with return(?: code)?\s{0,3}=?\s{0,3}(?P<code4>-?(?!9(?!\d))[1-9]\d{0,3})"
          r"(?!\d)|failed \(exitcode: (?P<code>-?(?!9(?!\d))[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)|"
          r"Signal (?P<sig>(?!9 )\d{1,2}) \((?P<signame>SIG\w{2,8})\) received by PID|"
-         r"died with <Signals\.(?P<signame2>SIG(?!KILL)\w{2,8}): (?P<sig2>\d{1,2})>", _rank_exit,
+         r"died with <Signals\.(?P<signame2>SIG(?!KILL)\w{2,8}): (?P<sig2>\d{1,2})>|"
+         # torchrun's failure summary (torch/distributed/elastic/multiprocessing/errors), its rank on the line above
+         r"^\s{0,8}exitcode\s{0,8}:\s{0,4}(?P<code5>-?(?!9(?!\d))[1-9]\d{0,3}) \(pid: \d{1,10}\)", _rank_exit,
          consequence=True),
     _sig("nccl-error", "NET408", "NCCL error",
          r"NCCL error in: [^\n]{0,400}?(?:unhandled system error|unhandled cuda error|internal error|"

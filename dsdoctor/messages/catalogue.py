@@ -323,3 +323,28 @@ def cpp_origin(text: str) -> dict | None:
         return None
     return {"package": "torch", "file": f"lib/{best[1]}", "function": None, "line": None, "versions": versions,
             "message": best[0], "from": "cpp"}
+
+
+#: script names too common to say whose they are (a user's own launch.py is not DeepSpeed's launcher)
+COMMON_SCRIPTS = re.compile(r"^(?:_\w*|[a-z0-9]{1,16}|conftest)\.py$")  # __init__.py, launch.py, ...
+
+
+@functools.lru_cache(maxsize=1)
+def _scripts() -> dict[str, list[tuple[str, str]]]:
+    """{file name: [(package, path inside it)]} of the files the mined packages run as scripts (the catalogues'
+    ``scripts``)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for package, data in catalogues().items():
+        for rel in data.get("scripts", ()):
+            out.setdefault(rel.rsplit("/", 1)[-1], []).append((package, rel))
+    return out
+
+
+def script_origin(name: str) -> tuple[str, str] | None:
+    """(package, its path) of a script file name only one mined package has, when the name says more than a word
+    (``zero_to_fp32.py``, which DeepSpeed copies into every checkpoint folder; ``ds_to_universal.py``, which users
+    copy): a frame in such a file outside the package is that package's code. None otherwise."""
+    if COMMON_SCRIPTS.match(name):
+        return None
+    found = _scripts().get(name, [])
+    return found[0] if len({package for package, _ in found}) == 1 else None

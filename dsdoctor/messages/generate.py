@@ -15,13 +15,14 @@ catalogue is mined again and replaces its old entries. Mining is :mod:`dsdoctor.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib.util
 import json
 import sys
 from collections import Counter
 from pathlib import Path
 
-from dsdoctor.messages.mine import Template, mine_binary, mine_nccl, mine_python
+from dsdoctor.messages.mine import Template, _is_script, mine_binary, mine_nccl, mine_python
 
 HERE = Path(__file__).parent
 
@@ -71,13 +72,22 @@ def _version_key(version: str):
         return (1, version)
 
 
-def mine_source(package: str, root: Path, classes: dict[str, str] | None = None) -> tuple[list[Template], int, int]:
+def mine_source(package: str, root: Path, classes: dict[str, str] | None = None,
+                scripts: set[str] | None = None) -> tuple[list[Template], int, int]:
     """(templates, dynamic, files) of ``package`` at ``root`` (see the module docstring); ``classes`` receives the
-    module-level classes of the files mined: {name: file}."""
+    module-level classes of the files mined: {name: file}; ``scripts`` the package's files that run as scripts (of
+    the whole package, not only the files mined)."""
     if package == "nccl":
         return mine_nccl(root)
     only = {**SCOPE, **TOOLS}[package]
     templates, dynamic, files = mine_python(root, package, () if only == ("",) else only, classes)
+    if scripts is not None:
+        for path in sorted(root.rglob("*.py")):
+            try:
+                if _is_script(ast.parse(path.read_text(encoding="utf-8", errors="replace"))):
+                    scripts.add(path.relative_to(root).as_posix())
+            except (SyntaxError, ValueError):
+                continue
     builder = root / "ops" / "op_builder"
     top = root.parent / "op_builder"
     if package == "deepspeed" and (not builder.is_dir() or builder.is_symlink()) and top.is_dir():
@@ -99,7 +109,7 @@ def config_pydantic(package: str, root: Path) -> int | None:
 
 
 def merge(package: str, version: str, templates: list[Template], dynamic: int, files: int,
-          extra: dict | None = None, classes: dict[str, str] | None = None) -> dict:
+          extra: dict | None = None, classes: dict[str, str] | None = None, scripts: set[str] | None = None) -> dict:
     """The catalogue of ``package`` with ``version``'s ``templates`` added (or replacing that version's), written to
     ``<package>.json``; returns it."""
     path = HERE / f"{package}.json"
@@ -136,6 +146,8 @@ def merge(package: str, version: str, templates: list[Template], dynamic: int, f
         entry["versions"] = sorted(set(entry["versions"]) | {version}, key=_version_key)
     if known:
         data["classes"] = dict(sorted(known.items()))
+    if scripts:  # the package's files that run as scripts, of every version mined
+        data["scripts"] = sorted(set(data.get("scripts", [])) | scripts)
     data["versions"] = sorted(set(data["versions"]) | {version}, key=_version_key)
     data["stats"][version] = {"files": files, "templates": len(seen), "dynamic_skipped": dynamic, **(extra or {})}
     data["stats"] = dict(sorted(data["stats"].items(), key=lambda kv: _version_key(kv[0])))
@@ -183,9 +195,11 @@ def main(argv: list[str] | None = None) -> None:
         if not root.is_dir():
             sys.exit(f"{root}: not a directory")
         classes: dict[str, str] = {}
-        templates, dynamic, files = mine_source(package, root, classes)
+        scripts: set[str] = set()
+        templates, dynamic, files = mine_source(package, root, classes, scripts)
         api = config_pydantic(package, root)
-        data = merge(package, version, templates, dynamic, files, {"config_pydantic": api} if api else None, classes)
+        data = merge(package, version, templates, dynamic, files, {"config_pydantic": api} if api else None, classes,
+                     scripts)
         kinds = Counter(t.kind for t in templates)
         print(f"{package} {version}: {len(templates)} templates from {files} files ({dynamic} dynamic skipped; "
               f"{dict(kinds)}); catalogue now {len(data['templates'])} templates over {data['versions']}")

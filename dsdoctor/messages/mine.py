@@ -231,12 +231,24 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
+def _is_script(tree: ast.Module) -> bool:
+    """Whether a module runs as a script: an ``if __name__ == "__main__":`` at its top level."""
+    for node in tree.body:
+        test = node.test if isinstance(node, ast.If) else None
+        if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__" and \
+                any(isinstance(c, ast.Constant) and c.value == "__main__" for c in test.comparators):
+            return True
+    return False
+
+
 def mine_python(root: Path, package: str, only: tuple[str, ...] = (),
-                classes: dict[str, str] | None = None) -> tuple[list[Template], int, int]:
+                classes: dict[str, str] | None = None,
+                scripts: set[str] | None = None) -> tuple[list[Template], int, int]:
     """(templates, dynamic messages skipped, files read) of every ``.py`` under ``root`` (the package's own
     directory: ``.../site-packages/deepspeed``), or of those whose path relative to ``root`` starts with one of
     ``only``. A file Python cannot parse is skipped (counted in neither). ``classes``, when given, receives every
-    module-level class of the files read: {name: file} (the first file, in path order, that defines it)."""
+    module-level class of the files read: {name: file} (the first file, in path order, that defines it); ``scripts``
+    the files that run as scripts (``zero_to_fp32.py``, which DeepSpeed copies into every checkpoint folder)."""
     found: list[Template] = []
     dynamic = files = 0
     for path in sorted(root.rglob("*.py")):
@@ -255,6 +267,8 @@ def mine_python(root: Path, package: str, only: tuple[str, ...] = (),
         if classes is not None:
             for name in v.classes:
                 classes.setdefault(name, rel)
+        if scripts is not None and _is_script(tree):
+            scripts.add(rel)
     return found, dynamic, files
 
 
