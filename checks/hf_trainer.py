@@ -613,7 +613,7 @@ def check_trainer(config: dict, ctx, out) -> tuple[dict, dict[str, str]]:
                     '"scheduler.params.warmup_num_steps": "auto" with no warmup in TrainingArguments (warmup_steps 0): '
                     "transformers 5.18.0 and 5.24.0 fill max(1, 0) = 1; 4.57.6 and 5.0.0 fill 0, which DeepSpeed "
                     '0.19.6 and later refuse: ValueError "warmup_num_steps must be a positive integer, got 0" '
-                    f"(deepspeed/runtime/lr_schedules.py)" + ("" if run else
+                    "(deepspeed/runtime/lr_schedules.py)" + ("" if run else
                                                               "; which transformers the run uses is not given"),
                     severity="error" if at_least_one is False else "warning",
                     title="a warmup fill that depends on the transformers version",

@@ -53,7 +53,7 @@ def check_precision(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                   f'"At most one of fp16 and bf16 can be True{what}, but not both"',
                                   fix=f"Keep one in TrainingArguments: {b} on compute capability 8.0 or newer, {a} "
                                       "on V100/T4."))
-            out.cannot_fix(f"TrainingArguments {a} / {b}", f"one of them true, not both")
+            out.cannot_fix(f"TrainingArguments {a} / {b}", "one of them true, not both")
     if fp16 and bf16:
         out.add(DS110.finding("fp16.enabled and bf16.enabled are both true: bfloat16 and fp16 modes cannot be "
                               "simultaneously enabled"))

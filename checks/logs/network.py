@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from dsdoctor.checks.network import BRIDGE_PREFIXES
 
-from .evidence import MAX_WORLD, _int, _shown_number, _where
+from .evidence import MAX_WORLD, _first_line, _int, _shown_number, _where
 from .lines import Line
 
 if TYPE_CHECKING:
@@ -203,3 +203,86 @@ def _bridges(match: Match, lines: list[Line]) -> tuple[str, str]:
     fix = (f"export NCCL_SOCKET_IFNAME={real} (the interface that reaches the other nodes; GLOO_SOCKET_IFNAME too) on "
            f"every node." if real else "")
     return evidence, fix
+
+
+# --- GPUs and the rendezvous: a rank on another's GPU, the store client, NCCL's bootstrap ----------------------
+
+#: a launch line that starts the script with plain python (no launcher): ``python src/train_sft.py \\``
+PLAIN_PYTHON = re.compile(r"^\s{0,8}(?:[A-Z_]{1,40}=\S{0,200}\s{1,4}){0,6}python3?(?:\.\d{1,2})?\s{1,4}(?!-m\s)"
+                          r"(?P<script>\S{1,300}\.py)\b")
+
+
+VISIBLE = re.compile(r"CUDA_VISIBLE_DEVICES=(?P<ids>\d{1,3}(?:,\d{1,3}){1,63})")
+
+
+#: a launcher or a rank in the log: the run was distributed (one process per GPU)
+DISTRIBUTED = re.compile(r"\b(?:torchrun|torch\.distributed\.(?:run|launch)|deepspeed\s{1,4}(?:--|\S{1,200}\.py)|"
+                         r"accelerate\s{1,4}launch|LOCAL_RANK|local_rank=\d|world_size[=:]\s{0,2}[2-9])")
+
+
+def _two_gpus(match: Match, lines: list[Line]) -> tuple:
+    """PRE016 for a tensor on another GPU in a run of one process (the model spread over the GPUs by device_map, or
+    plain python with several visible); NET415's ranks without their own GPU when the run was distributed."""
+    g = match.groups
+    head = [ln.text for ln in lines[:400]]
+    plain = next((PLAIN_PYTHON.match(t) for t in head if PLAIN_PYTHON.match(t)), None)
+    visible = next((VISIBLE.search(t) for t in head if VISIBLE.search(t)), None)
+    ranked = any(ln.rank is not None for ln in lines)
+    distributed = ranked or any(DISTRIBUTED.search(t) for t in head)
+    seen = f"{g.group('a')} and {g.group('b')}"
+    if distributed and not plain:
+        return (_where(match) + match.line.text.strip()[:240] + f" ({seen} in one rank: it reached another "
+                "rank's GPU)",
+                "Give each rank its own GPU before anything is moved to one: torch.cuda.set_device(int(os.environ["
+                "'LOCAL_RANK'])) at the start, and .to(f'cuda:{local_rank}') or .to(model.device), never 'cuda:0' "
+                "or .cuda() before set_device; load the model without device_map (the launcher gives each rank one "
+                "GPU).", {"rule": "NET415", "title": "a rank uses another rank's GPU"})
+    how = (f"the line runs {plain.group('script')} with plain python" if plain else "the run is one process")
+    shown = f" with CUDA_VISIBLE_DEVICES={visible.group('ids')}" if visible else ""
+    return (_where(match) + match.line.text.strip()[:240] + f" ({how}{shown}, so the model and its tensors "
+            "are spread over several GPUs (device_map=\"auto\", which from_pretrained and the trainers use when "
+            "no launcher started the run), and one op met tensors of two GPUs)",
+            "Launch one process per GPU: `torchrun --nproc_per_node N script.py ...` or `deepspeed --num_gpus N "
+            "script.py ...` (LLaMA-Factory: `llamafactory-cli train` with FORCE_TORCHRUN=1, or `accelerate launch`); "
+            "or train on one GPU: CUDA_VISIBLE_DEVICES=0 python script.py ...",
+            {"title": "one process trains on several GPUs and mixed their tensors"})
+
+
+def _store_unreachable(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    addr = (g.group("addr") or g.group("addr2") or "").removeprefix("::ffff:")
+    why = {"110": "the connection timed out", "113": "no route to the host", "101": "the network is unreachable"}
+    odd = ""
+    if re.fullmatch(r"255\.\d{1,3}\.\d{1,3}\.\d{1,3}|\d{1,3}\.\d{1,3}\.\d{1,3}\.(?:0|255)", addr):
+        odd = f"; {addr} is a netmask or a network's address, not a host"
+    return (_where(match) + match.line.text.strip()[:240] + f" ({why[g.group('errno')]}: this node cannot reach "
+            f"MASTER_ADDR {addr}:{g.group('port')}{odd})",
+            "Set MASTER_ADDR to an address of the node that runs rank 0 that every node can reach (`hostname -I` "
+            "there; on one node 127.0.0.1), and open MASTER_PORT between the nodes.")
+
+
+#: NCCL_DEBUG=INFO's lines: the interface its bootstrap chose (init.cc bootstrapNetInit: "Bootstrap : Using
+#: ibp12s0:10.0.0.2<0>"), and an error's return path through its bootstrap or socket code ("bootstrap.cc:270 -> 2")
+NCCL_BOOTSTRAP_IF = re.compile(r"NCCL INFO Bootstrap : Using (?P<ifname>[\w.-]{1,40}):(?P<addr>[\d.:a-fA-F]{2,60})")
+
+
+NCCL_BOOTSTRAP_ERROR = re.compile(r"NCCL INFO (?:bootstrap|misc/socket|socket)\.cc:\d{1,6} -> [1-9]")
+
+
+def _nccl_error(match: Match, lines: list[Line]) -> tuple:
+    """NET408, NCCL's failure as torch reports it; NET411 when NCCL_DEBUG=INFO's own trace shows the error coming
+    back through its bootstrap (socket) code, over the interface it picked by itself: NCCL_SOCKET_IFNAME unset, it
+    prefers ib* (IPoIB) and others before the one that reaches the other nodes (misc/socket.cc ncclFindInterfaces)."""
+    chosen = next((m for m in (NCCL_BOOTSTRAP_IF.search(ln.text) for ln in lines[:20000] if "Bootstrap :" in ln.text)
+                   if m), None)
+    failed = next((ln for ln in lines[:match.line_index + 1] if " -> " in ln.text and NCCL_BOOTSTRAP_ERROR.search(
+        ln.text)), None)
+    named = any("NCCL_SOCKET_IFNAME" in ln.text for ln in lines[:20000])
+    if chosen is None or failed is None or named:
+        return _first_line(match, lines)
+    ifname = chosen.group("ifname")
+    return (_where(match) + match.line.text.strip()[:200] + f" (NCCL's bootstrap used {ifname} ({chosen.group('addr')}"
+            f"), the interface it chose itself, and failed there: {failed.at}: {failed.text.strip()[:120]})",
+            f"Set NCCL_SOCKET_IFNAME to the interface that reaches MASTER_ADDR from every node (the one `ip route get "
+            f"MASTER_ADDR` names; not {ifname}), for every rank; `dsdoctor env` on each node names it.",
+            {"rule": "NET411", "title": "NCCL bootstrapped over an interface the other nodes cannot reach"})

@@ -1,0 +1,182 @@
+"""The describers of :mod:`.signatures` for what fails in the ranks' own work: dtypes that clash, a CUDA kernel's or
+native code's assertion, gradient checkpointing over a frozen base, an evaluation loss of NaN, the kernel's OOM
+killer, ZeRO-3's placeholders and optimizer shards at load time, a DeepSpeed config path that is no file."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .evidence import _first_line, _where
+from .lines import Line
+
+if TYPE_CHECKING:
+    from .signatures import Match
+
+
+#: a dtype's names in torch's messages: 'Half', 'c10::BFloat16', 'torch.float16', 'float', 'struct c10::Half'
+HALF_NAMES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16"}
+
+
+DTYPE_NAME = re.compile(r"(?:c10::|torch\.|struct c10::)?(?P<name>BFloat16|bfloat16|Half|float16|Float|float32|float|"
+                        r"Double|double|float64)\b")
+
+
+#: the DeepSpeed config a launch line names: --deepspeed PATH, its variable's assignment
+DS_ARG = re.compile(r"--deepspeed[= ](?P<path>\S{1,300})")
+
+
+ASSIGNED = r"^\s{0,8}(?:export\s{1,4})?%s=(?P<value>\S{1,300})"
+
+
+def _config_not_found(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """PRE014: the --deepspeed value names no file from where the run started (HfDeepSpeedConfig then decodes it as
+    base64, and fails on that or says so)."""
+    shown = ""
+    for line in lines[:2000]:
+        found = DS_ARG.search(line.text)
+        if found:
+            path = found.group("path").strip("'\"")
+            var = re.fullmatch(r"\$\{?(\w{1,60})\}?", path)
+            if var:  # the variable's value, where the log shows it
+                value = next((m.group("value") for m in (re.search(ASSIGNED % re.escape(var.group(1)), ln.text)
+                                                         for ln in lines[:2000]) if m), None)
+                path = f"{path} = {value}" if value else path
+            shown = f"; the launch gives --deepspeed {path}"
+            break
+    return (_where(match) + match.line.text.strip()[:240] + " (the --deepspeed value is not a file that exists from "
+            "the directory the run starts in, so HfDeepSpeedConfig took it for a base64-encoded config" + shown + ")",
+            "Give --deepspeed a path that exists from the launch directory (`ls` it there: a typo, a relative path "
+            "run from elsewhere, or a config the repository never shipped), or an absolute one.")
+
+
+#: what a failed device-side condition of torch's kernels means, by the condition's text
+ASSERT_MEANING = {
+    "srcIndex < srcSelectDimSize": "an index past the rows of the tensor it selects from: in an embedding, a token id "
+                                   "at or past the embedding's rows (a token added to the tokenizer without "
+                                   "resize_token_embeddings, a pad id out of range, a tokenizer of another model)",
+    "t >= 0 && t < n_classes": "a label outside the classes of the loss: a label id at or past the vocabulary (or a "
+                               "negative one other than -100)",
+}
+
+
+def _device_assert(match: Match, lines: list[Line]) -> tuple:
+    """A CUDA kernel of torch failed its device-side assertion (LOG810, no rule; its origin torch's kernel file)."""
+    g = match.groups
+    file = g.group("file")
+    file = file[file.index("aten/"):]
+    meaning = next((text for cond, text in ASSERT_MEANING.items() if cond in g.group("cond")), None)
+    origin = {"package": "torch", "file": file, "function": g.group("kernel"), "line": int(g.group("line")),
+              "code": "", "from": "mention"}
+    return (_where(match) + f"torch's CUDA kernel {g.group('kernel')} ({file}:{g.group('line')}) failed its "
+            f"assertion `{g.group('cond')}`" + (f": {meaning}" if meaning else ""),
+            ("Compare the tokenizer's length with the model's embedding rows (len(tokenizer) against "
+             "model.get_input_embeddings().weight.shape[0]) and call model.resize_token_embeddings(len(tokenizer)) "
+             "after adding tokens; set pad_token to an existing token (eos). " if meaning and "token" in meaning else "")
+            + "CUDA_LAUNCH_BLOCKING=1 makes the Python traceback point at the op; on the CPU the same op raises "
+              "'index out of range in self' at once.",
+            {"title": f"a CUDA kernel's assertion failed ({g.group('kernel')}, inconclusive)", "origin": origin})
+
+
+#: a C++ function whose name says its package: deepspeed_io_handle_t::wait, c10::..., at::native::...
+NATIVE_PACKAGE = re.compile(r"\b(?P<pkg>deepspeed|torch|c10|at|nccl)(?:_\w{0,60})?::")
+
+
+def _native_assert(match: Match, lines: list[Line]) -> tuple:
+    """A native assert() that failed (the process aborts: SIGABRT): LOG810 with its origin, the file the line names
+    (a package's source, ``.../deepspeed/ops/csrc/aio/...``) or the package its function's name says."""
+    from .origin import mentioned_origin
+
+    g = match.groups
+    func, cond = g.group("func") or g.group("func2"), g.group("cond") or g.group("cond2")
+    origin = mentioned_origin(g.group("path")) if g.group("path") else None
+    if origin is None:
+        named = NATIVE_PACKAGE.search(func)
+        if named:
+            package = {"c10": "torch", "at": "torch"}.get(named.group("pkg"), named.group("pkg"))
+            origin = {"package": package, "file": None, "function": func.strip()[-120:], "line": None,
+                      "code": "", "from": "mention"}
+    where = f"{origin['package']}'s " if origin else ""
+    return (_where(match) + f"{where}native code failed its assertion `{cond}` in {func.strip()[-160:]}: the "
+            f"process aborted (SIGABRT)",
+            "An assertion in compiled code is a bug or a state the code did not expect: search the condition in the "
+            "package's issue tracker and upgrade it (DeepSpeed's aio and swap ops have fixed several); the lines "
+            "before it say which step ran.",
+            {"title": "native code failed an assertion and aborted (inconclusive)", **({"origin": origin} if origin
+                                                                                      else {})})
+
+
+def _checkpoint_no_grad(match: Match, lines: list[Line]) -> tuple[str, str]:
+    return (_where(match) + match.line.text.strip()[:200] + " (torch's reentrant checkpoint: the inputs of a "
+            "checkpointed block need no grad, the frozen base's embedding output, so nothing in it, the LoRA layers "
+            "included, gets a gradient)", "")
+
+
+def _eval_nan(match: Match, lines: list[Line]) -> tuple[str, str]:
+    train_nan = any(re.search(r"['\"]loss['\"]: '?nan\b", ln.text) for ln in lines[:200000])
+    return (_where(match) + match.line.text.strip()[:200] + (" (the training loss is NaN too)" if train_nan else
+            " (an evaluation batch whose every label is -100: samples truncated before their answer, or an answer "
+            "template the collator cannot find, leave no token to score, and the mean over none is NaN)"),
+            "Drop or shorten the samples whose answer starts past the sequence length (`dsdoctor data` counts them), "
+            "or raise max_seq_length; with trl's DataCollatorForCompletionOnlyLM, check the response template is "
+            "found in the tokenized eval samples.")
+
+
+def _dtype_mismatch(match: Match, lines: list[Line]) -> tuple:
+    """DS113 when the two dtypes torch names are fp16 and bf16 (the config's precision against the weights');
+    a full-precision operand against a half one is a cast in the code (a layer or input upcast to fp32, autocast
+    off), which no config setting explains: an unnamed error then, with its origin."""
+    text = match.line.text
+    names = {HALF_NAMES.get(m.group("name").lower(), "fp32/fp64") for m in DTYPE_NAME.finditer(text)}
+    if names == {"fp16", "bf16"} or len(names) < 2:
+        return _first_line(match, lines)
+    return (_where(match) + text.strip()[:240] + " (a full-precision operand met a half-precision one: the code "
+            "casts one of them, an fp32 layer, input or buffer in a bf16/fp16 model; not the config's precision)",
+            "Find the cast in the frame the traceback ends in (the model's code: a .float() or dtype=torch.float32 "
+            "before a matmul or linear), and cast back to the other operand's dtype there (x.to(weight.dtype)); or "
+            "run that op under torch.autocast.",
+            {"rule": "LOG805", "title": "a matmul of an fp32 and a half-precision tensor (a cast in the code)"})
+
+
+def _into_placeholders(match: Match, lines: list[Line]) -> tuple:
+    return (_where(match) + match.line.text.strip()[:240] + " (the checkpoint's weight is whole, the model's is "
+            "ZeRO-3's empty placeholder: the model was built partitioned, under zero.Init, and load_state_dict wrote "
+            "past DeepSpeed's gathering)",
+            "Load the weights while the model is built: from_pretrained(path) with the DeepSpeed config active "
+            "(it loads each partition), not from_config followed by load_state_dict; or load them after "
+            "deepspeed.initialize with engine.load_checkpoint, or inside deepspeed.zero.GatheredParameters(params, "
+            "modifier_rank=0).")
+
+
+def _missing_shard(match: Match, lines: list[Line]) -> tuple:
+    """DS146 when DeepSpeed says the world sizes differ; a missing optimizer shard alone has two causes."""
+    shard = match.groups.groupdict().get("shard")
+    if not shard:
+        return _first_line(match, lines)
+    folder = shard.rsplit("/", 1)[0] if "/" in shard else "."
+    return (_where(match) + match.line.text.strip()[:240] + " (DeepSpeed looks for this rank's optimizer shard: the "
+            "checkpoint was saved by another world size, or holds no optimizer states at all: a converted or "
+            "consolidated checkpoint, or one saved with save_only_model)",
+            f"`ls {folder}`: no *_optim_states.pt at all means no optimizer states: load the weights only "
+            "(engine.load_checkpoint(dir, load_module_only=True, load_optimizer_states=False, "
+            "load_lr_scheduler_states=False); the Trainer: from_pretrained instead of resume_from_checkpoint). Fewer "
+            "shards than ranks means another world size (DS146): resume with the saved world size, or make a "
+            "universal checkpoint (ds_to_universal.py, then load_universal_checkpoint).",
+            {"rule": "LOG810", "title": "this rank's ZeRO optimizer shard is missing (inconclusive: another world size, "
+                                        "or a checkpoint without optimizer states)",
+             # the shard's name is DeepSpeed's (engine.py _get_zero_ckpt_name), read by load_checkpoint
+             "origin": {"package": "deepspeed", "file": "runtime/engine.py",
+                        "function": "_get_all_zero_checkpoint_state_dicts", "line": None, "code": "",
+                        "from": "mention"}})
+
+
+def _kernel_oom(match: Match, lines: list[Line]) -> tuple[str, str]:
+    g = match.groups
+    rss = f", {int(g.group('rss')) * 1024 / 2 ** 30:.1f} GiB resident" if g.group("rss") else ""
+    offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
+    return (_where(match) + f"the kernel's out-of-memory killer killed process {g.group('pid')} "
+            f"({g.group('comm')}{rss}): host RAM ran out" + ("; the config offloads to the CPU" if offload else ""),
+            "Host RAM must hold what loading, offload and saving need on every rank at once (saving a ZeRO-3 "
+            "model gathers it in host memory): `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it "
+            "with this host's; add RAM or swap, use fewer ranks per node, offload less, or load with "
+            "low_cpu_mem_usage.")
