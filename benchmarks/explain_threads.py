@@ -135,7 +135,8 @@ def main() -> None:
     wanted = SPLITS if args.all else (args.split,) if args.split else ("tuning", "held-out")
     cases = [c for c in cases if json.loads((c / "meta.json").read_text()).get("split", "held-out") in wanted]
     rows = [score(c) for c in cases]
-    print("# python benchmarks/explain_threads.py")
+    print("# python benchmarks/explain_threads.py" + (" --all" if args.all else f" --split {args.split}" if args.split
+                                                       else ""))
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {len(rows)} threads\n")
     print("| case | split | expected rule | expected origin | explain's first finding | origin reported | right | "
           "exit |")
