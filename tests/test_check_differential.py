@@ -42,6 +42,16 @@ def test_check_errors_exactly_when_deepspeed_raises(rng):
                                                          "warmup_num_steps": 200}}}, False, ["DS120", "DS125"]),
     ({"train_micro_batch_size_per_gpu": 2, "zero_optimisation": {"stage": 3}, "optimizer": {
         "type": "AdamW", "params": {"lr": 1e-5, "torch_adam": True}}}, False, []),
+    # a torch scheduler in the config: DeepSpeed hands it ZeRO's optimizer, which torch refuses; with ZeRO off and
+    # fp32 it gets the torch optimizer itself and works (found by a new user's trial)
+    ({"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}, "optimizer": {
+        "type": "AdamW", "params": {"lr": 1e-5, "torch_adam": True}},
+      "scheduler": {"type": "CosineAnnealingLR", "params": {"T_max": 100}}}, False, ["DS124"]),
+    ({"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5, "torch_adam": True}},
+      "scheduler": {"type": "CosineAnnealingLR", "params": {"T_max": 100}}}, False, []),
+    ({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": True}, "optimizer": {
+        "type": "AdamW", "params": {"lr": 1e-5, "torch_adam": True}},
+      "scheduler": {"type": "StepLR", "params": {"step_size": 10}}}, False, ["DS124"]),
 ])
 def test_named_configs_agree_with_deepspeed(config, client, expected):
     real = run_real(config, client)

@@ -1459,7 +1459,8 @@ def test_a_dtype_clash_is_ds113_only_between_fp16_and_bf16():
              "    output = input.matmul(weight.t())\n")
     fp32 = explain(frame + "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: float != "
                            "c10::BFloat16\n")
-    assert fp32[0][0].id == "LOG805" and "a cast in the code" in fp32[0][0].title
+    assert fp32[0][0].id == "LOG805" and "an fp32 and a half-precision tensor" in fp32[0][0].title
+    assert "Cast the batch" in fp32[0][0].fix
     assert fp32[1]["origin"]["file"] == "runtime/zero/linear.py"
     half = explain(frame + "RuntimeError: expected mat1 and mat2 to have the same dtype, but got: c10::Half != "
                            "c10::BFloat16\n")
@@ -1723,3 +1724,79 @@ def test_a_copy_of_a_deepspeed_script_is_deepspeeds_code():
            "<module>\n    convert_zero_checkpoint_to_fp32_state_dict(args.checkpoint_dir, args.output_file)\n"
            "ValueError: unknown zero stage 0\n")
     assert explain(log)[1]["origin"]["package"] == "deepspeed"
+
+
+def test_a_dead_threads_error_is_the_failure_though_the_main_thread_prints_progress():
+    """A data-reading thread's uncaught exception (threading's "Exception in thread ..."), then the main thread's
+    steps, then a stop: the thread's error is the cause (found by a new user's trial: it was taken for a handled
+    one). A ranked error is not saved by another rank's unprefixed progress either."""
+    log = ("Exception in thread Thread-1 (prefetch):\nTraceback (most recent call last):\n"
+           '  File "/srv/job/data.py", line 20, in prefetch\n    rec = json.loads(line)\n'
+           "json.decoder.JSONDecodeError: Expecting value: line 1 column 36 (char 35)\n"
+           "step 0 loss 4.88\nstep 1 loss 4.87\nstep 2 loss 4.86\n"
+           "W1205 07:41:10.428000 18428 site-packages/torch/distributed/elastic/agent/server/api.py:753] Received 15 "
+           "death signal, shutting down workers\n")
+    assert explain(log)[0][0].id == "LOG805"
+    ranked = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/srv/job/train.py\", line 9, in <module>\n"
+              "[rank1]: KeyError: 'labels'\nstep 0 loss 4.88\nstep 1 loss 4.87\nstep 2 loss 4.86\n")
+    assert explain(ranked)[0][0].id == "LOG805"
+
+
+def test_torchruns_failure_box_names_its_root_cause_not_the_ranks_it_sent_sigterm():
+    """The box lists the ranks torchrun's agent ended with SIGTERM under Failures, the one that failed first under
+    Root Cause: the root cause (a SIGKILL here: MEM504, its rank) is the finding; a rank whose own error is in the
+    log is not said to have none."""
+    box = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n=====\ntrain.py FAILED\n-----\n"
+           "Failures:\n[1]:\n  time      : 2026-01-01_00:00:00\n  host      : node-a\n  rank      : 0 (local_rank: 0)\n"
+           "  exitcode  : -15 (pid: 101)  (SIGTERM)\n  error_file: <N/A>\n"
+           "  traceback : Signal 15 (SIGTERM) received by PID 101\n-----\nRoot Cause (first observed failure):\n[0]:\n"
+           "  time      : 2026-01-01_00:00:00\n  host      : node-a\n  rank      : 3 (local_rank: 3)\n"
+           "  exitcode  : -9 (pid: 104)  (SIGKILL)\n  error_file: <N/A>\n"
+           "  traceback : Signal 9 (SIGKILL) received by PID 104\n=====\n")
+    findings, _ = explain(box)
+    assert findings[0].id == "MEM504" and "rank 3 (pid 104)" in findings[0].evidence
+    assert not [f for f in findings if f.id == "LOG806"]
+    own = ("[rank1]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 32 != 4 * 2 * 2\nFailures:\n[1]:\n"
+           "  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 13222)\n")
+    assert [f.id for f in explain(own)[0]] == ["DS102"]
+
+
+def test_under_the_deepspeed_launcher_only_a_refused_local_rank_or_a_displaced_argument_is_env331():
+    spawned = ("[2024-01-01 00:00:00,000] [INFO] [launch.py:256:main] process 1 spawned with command: ['/usr/bin/"
+               "python3', '-u', 'train.py', '--local_rank=0', '--lr', '2e-5']\n")
+    usage = "usage: train.py [-h] [--local_rank LOCAL_RANK] [--lr LR]\n"
+    value = spawned + usage + "train.py: error: argument --lr: invalid int value: '2e-5'\n"
+    assert explain(value)[0][0].id == "PRE021"
+    unknown = spawned + "usage: train.py [-h] [--lr LR]\ntrain.py: error: unrecognized arguments: --local_rank=0\n"
+    assert explain(unknown)[0][0].id == "ENV331"
+
+
+def test_the_launchers_local_rank_taken_for_the_config_path_is_env331():
+    log = ("[rank1]: binascii.Error: Invalid base64-encoded string: number of data characters (13) cannot be 1 more "
+           "than a multiple of 4\n[rank1]: During handling of the above exception, another exception occurred:\n"
+           "[rank1]: ValueError: Expected a string path to an existing deepspeed config, or a dictionary or a valid "
+           "base64. Received: --local_rank=1\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "ENV331" and "sys.argv[1]" in findings[0].fix
+
+
+def test_a_none_from_a_checkpoint_that_was_not_found_names_the_missing_checkpoint():
+    log = ("[2026-01-01 00:00:00,000] [WARNING] [engine.py:4437:load_checkpoint] Unable to find latest file at "
+           "runs/a/latest, if trying to load latest checkpoint please ensure this file exists or pass an explicit "
+           "checkpoint tag when loading a checkpoint.\n[rank0]: Traceback (most recent call last):\n"
+           "[rank0]:   File \"/srv/job/train.py\", line 30, in <module>\n[rank0]:     step = state['step']\n"
+           "[rank0]: TypeError: 'NoneType' object is not subscriptable\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "PRE014" and "no runs/a/latest" in findings[0].evidence and "`ls runs/a`" in \
+        findings[0].fix
+
+
+def test_the_config_blocks_deepspeed_refuses_at_initialize_get_checks_rules():
+    """What `check` names before launch, explain names in the log: an optimizer type DeepSpeed does not support
+    (DS122), an optimizer parameter its class does not take (DS118), a torch scheduler handed DeepSpeed's optimizer
+    wrapper (DS124)."""
+    assert explain("AssertionError: adamw_hf is not a supported DeepSpeed Optimizer\n")[0][0].id == "DS122"
+    assert explain("TypeError: DeepSpeedCPUAdam.__init__() got an unexpected keyword argument 'beta1'\n")[0][0].id \
+        == "DS118"
+    assert explain("TypeError: DeepSpeedZeroOptimizer_Stage3 is not an Optimizer\n")[0][0].id == "DS124"

@@ -44,6 +44,16 @@ def check_scheduler(config: dict, ctx: CheckContext, out: CheckResult) -> None:
                                   + (f'; did you mean "{guess}"?' if guess else "")))
             if guess:
                 out.change("scheduler.type", name, guess, "DS124", "the scheduler's exact name")
+        else:
+            wrapper = _optimizer_wrapper(config)
+            if wrapper:
+                out.add(DS124.finding(
+                    f'"scheduler.type": "{name}" is torch\'s: DeepSpeed builds it on the engine\'s optimizer, here '
+                    f"{wrapper}, which is no torch.optim.Optimizer: torch refuses it at initialize ('TypeError: "
+                    f"... is not an Optimizer')",
+                    fix=f"Use one of DeepSpeed's schedulers ({', '.join(known)}; WarmupCosineLR for a cosine decay), "
+                        f"or remove the scheduler block and build torch.optim.lr_scheduler.{name} in the script on "
+                        f"the optimizer deepspeed.initialize returns, passing it as lr_scheduler="))
         return
     spec = known[name]
     missing = [p for p in spec["required"] if p not in params]
@@ -80,3 +90,19 @@ def check_scheduler(config: dict, ctx: CheckContext, out: CheckResult) -> None:
         out.change("scheduler.params.warmup_min_lr", low, high, "DS116", "swapped with warmup_max_lr")
         out.change("scheduler.params.warmup_max_lr", high, low, "DS116", "swapped with warmup_min_lr")
     _check_lr(params.get("warmup_max_lr"), "scheduler.params.warmup_max_lr", out)
+
+
+def _optimizer_wrapper(config: dict) -> str:
+    """The class DeepSpeed wraps the optimizer in (``engine.py`` ``_configure_optimizer``: ZeRO's optimizers, and
+    the fp16 and bf16 ones without ZeRO), which ``_scheduler_from_config`` hands a scheduler of the config; "" for
+    a plain torch optimizer (ZeRO off, fp32)."""
+    zero = config.get("zero_optimization")
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
+    on = {k for k in ("fp16", "bf16") if isinstance(config.get(k), dict) and config[k].get("enabled") is True}
+    if isinstance(stage, int) and stage >= 3:
+        return "DeepSpeedZeroOptimizer_Stage3 (ZeRO-3)"
+    if isinstance(stage, int) and stage >= 1:
+        return f"DeepSpeedZeroOptimizer (ZeRO-{stage})"
+    if on:  # FP16_Optimizer, FP16_UnfusedOptimizer or BF16_Optimizer, by version and device
+        return f"DeepSpeed's {'/'.join(sorted(on))} optimizer wrapper"
+    return ""

@@ -19,9 +19,10 @@ from .lines import EXCEPTION_NAME, PROGRESS, PYTHON_ERROR, WRAP_MIN, Line, conti
 from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, exception_origin, failure_origin, frame_origin,
                      library_message, mentioned_origin, nccl_origin)
 from .precision import overflow_line, skipped_step, stuck
+from .runtime import none_from_missing_checkpoint
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .evidence import _int, _where
-from .signatures import (NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
+from .signatures import (NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature, summary_rank,
                          SURVIVABLE, _signal_of, _silence, candidates)
 
 #: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
@@ -171,16 +172,30 @@ def explained(match: Match, matches: list[Match], lines: list[Line]) -> bool:
 def survived(match: Match, lines: list[Line]) -> bool:
     """Whether the rank of a generic Python error (or of an import failure, :data:`signatures.SURVIVABLE`) went on
     training after it (a handled exception, logged by a data loader that skips the sample, an optional package
-    tried): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block."""
+    tried): two progress lines of its rank within :data:`SURVIVAL_LINES` after its block. An error with a rank
+    prefix (torch's elastic error handler prefixes a rank's traceback, not its prints) needs progress lines of that
+    rank: another rank's unprefixed progress says nothing of it (it trained on while this rank's thread died)."""
     if match.signature is not PYTHON_ERROR_SIGNATURE and match.signature.name not in SURVIVABLE:
+        return False
+    if _in_dead_thread(match, lines):  # a thread's uncaught exception: the rank trains on, waiting on what it lost
         return False
     count = 0
     end = _block_end(match, lines) + 1
     for line in lines[end:end + SURVIVAL_LINES]:
-        if (match.line.rank is None or line.rank in (match.line.rank, None)) and PROGRESS.search(line.text):
+        if (match.line.rank is None or line.rank == match.line.rank) and PROGRESS.search(line.text):
             count += 1
             if count >= 2:
                 return True
+    return False
+
+
+def _in_dead_thread(match: Match, lines: list[Line]) -> bool:
+    """Whether ``match``'s traceback is a thread's uncaught exception (threading.excepthook: "Exception in thread
+    NAME:" before its "Traceback"): the thread is gone (a prefetcher, a data reader), not the error handled."""
+    for index in range(match.line_index - 1, max(-1, match.line_index - 200), -1):
+        text = lines[index].text
+        if TRACEBACK_HEADER in text:
+            return index > 0 and lines[index - 1].text.lstrip().startswith("Exception in thread")
     return False
 
 
@@ -374,6 +389,8 @@ def _claims_no_error(match: Match, matches: list[Match], lines: list[Line]) -> b
     if match.signature.name not in ("rank-exit", "host-oom-kill"):
         return False
     rank = _named_rank(match.groups)
+    if rank is None:
+        rank = summary_rank(match, lines)  # torchrun's summary names the rank on the line above
     ranked = any(ln.rank is not None for ln in lines)
     own = [m for m in matches if not m.signature.consequence and m.signature.name != "stopped"
            and not survived(m, lines)]
@@ -471,6 +488,11 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         if crossed is not None:  # another package's object lacks what the raising package expects: a version mismatch
             evidence, fix, extra = crossed[0], crossed[1], {**extra, "title": crossed[2]}
             target = rules["ENV310"]
+        missing = none_from_missing_checkpoint(match, lines) if match.signature is PYTHON_ERROR_SIGNATURE and \
+            crossed is None else None
+        if missing is not None:  # None from a load_checkpoint that found nothing: the path is the cause
+            evidence, fix, extra = missing[0], missing[1], {**extra, "title": missing[2]}
+            target, crossed = rules["PRE014"], missing
         raiser = frame_origin(lines, match.line_index, match.line.rank) \
             if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
         found = _catalogued(match.line.text, (raiser or {}).get("package")) \

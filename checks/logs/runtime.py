@@ -31,7 +31,17 @@ ASSIGNED = r"^\s{0,8}(?:export\s{1,4})?%s=(?P<value>\S{1,300})"
 
 def _config_not_found(match: Match, lines: list[Line]) -> tuple[str, str]:
     """PRE014: the --deepspeed value names no file from where the run started (HfDeepSpeedConfig then decodes it as
-    base64, and fails on that or says so)."""
+    base64, and fails on that or says so); ENV331 when what it received is the launcher's ``--local_rank=N`` (a script
+    reading sys.argv[1] as its config under the deepspeed launcher)."""
+    received = next((ln for ln in lines[match.line_index:match.line_index + 40] if "Received: --local_rank" in ln.text
+                     and ln.rank == match.line.rank), None)
+    if received is not None:
+        return (_where(match) + received.text.strip()[:200] + " (the config DeepSpeed was given is the launcher's "
+                "'--local_rank=N': the script takes its first argument for the config path, and the deepspeed launcher "
+                "puts --local_rank=N before the script's own arguments)",
+                "Read the config path with argparse (add `parser.add_argument('--local_rank', type=int, default=-1)` "
+                "and a --deepspeed_config option) instead of sys.argv[1], or launch with torchrun, which passes "
+                "LOCAL_RANK in the environment.", {"rule": "ENV331"})
     shown = ""
     for line in lines[:2000]:
         found = DS_ARG.search(line.text)
@@ -130,12 +140,14 @@ def _dtype_mismatch(match: Match, lines: list[Line]) -> tuple:
     names = {HALF_NAMES.get(m.group("name").lower(), "fp32/fp64") for m in DTYPE_NAME.finditer(text)}
     if names == {"fp16", "bf16"} or len(names) < 2:
         return _first_line(match, lines)
-    return (_where(match) + text.strip()[:240] + " (a full-precision operand met a half-precision one: the code "
-            "casts one of them, an fp32 layer, input or buffer in a bf16/fp16 model; not the config's precision)",
-            "Find the cast in the frame the traceback ends in (the model's code: a .float() or dtype=torch.float32 "
-            "before a matmul or linear), and cast back to the other operand's dtype there (x.to(weight.dtype)); or "
-            "run that op under torch.autocast.",
-            {"rule": "LOG805", "title": "a matmul of an fp32 and a half-precision tensor (a cast in the code)"})
+    return (_where(match) + text.strip()[:240] + " (a full-precision operand met a half-precision one: the weights "
+            "are half (the config's fp16/bf16, or the checkpoint's dtype) and an input, a buffer or a layer stayed "
+            "fp32, or the model's code casts one operand; no fp16/bf16 clash of config and weights)",
+            "Cast the batch to the engine's dtype before the forward in your own loop (DeepSpeed halves the weights, "
+            "not the inputs: `inputs.to(next(engine.parameters()).dtype)`), or find the cast in the frame the "
+            "traceback ends in (a .float() or dtype=torch.float32 before a matmul) and cast back to the weight's "
+            "dtype there; or run that op under torch.autocast.",
+            {"rule": "LOG805", "title": "a matmul of an fp32 and a half-precision tensor"})
 
 
 def _into_placeholders(match: Match, lines: list[Line]) -> tuple:
@@ -180,3 +192,28 @@ def _kernel_oom(match: Match, lines: list[Line]) -> tuple[str, str]:
             "model gathers it in host memory): `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it "
             "with this host's; add RAM or swap, use fewer ranks per node, offload less, or load with "
             "low_cpu_mem_usage.")
+
+
+#: DeepSpeed's load_checkpoint finding no ``latest`` file (runtime/engine.py): it returns (None, None) and warns
+NO_LATEST = re.compile(r"Unable to find latest file at (?P<path>\S{1,300}?),? if trying to load latest checkpoint")
+
+
+def none_from_missing_checkpoint(match: Match, lines: list[Line]) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) when ``match`` (a Python error) is an operation on None after DeepSpeed's
+    load_checkpoint found no checkpoint ("Unable to find latest file at DIR/latest": it returns (None, None)), the
+    warning before it being the cause; None otherwise."""
+    if "NoneType" not in match.line.text:
+        return None
+    warned = next((ln for ln in reversed(lines[max(0, match.line_index - 400):match.line_index])
+                   if "Unable to find latest file" in ln.text and ln.rank in (match.line.rank, None)
+                   and NO_LATEST.search(ln.text)), None)
+    if warned is None:
+        return None
+    path = NO_LATEST.search(warned.text).group("path")
+    folder = path.rsplit("/", 1)[0] if "/" in path else "."
+    return (f"{match.line.text.strip()[:160]}: the code used what load_checkpoint returned after DeepSpeed found no "
+            f"checkpoint ({warned.at}: no {path}; it returns (None, None))",
+            f"Point load_checkpoint at the folder that holds the checkpoint (`ls {folder}`: a `latest` file and a "
+            f"global_stepN/ folder), or pass tag='global_stepN'; on a first run, check the result before using it "
+            f"(`path, state = engine.load_checkpoint(...)`; path is None when nothing was loaded).",
+            "the checkpoint to resume from does not exist")

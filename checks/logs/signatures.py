@@ -227,6 +227,8 @@ def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
 def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
     g = match.groups
     rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
+    if rank is None and summary_rank(match, lines) is not None:  # torchrun's summary: its rank line above
+        rank = str(summary_rank(match, lines))
     pid = next((g.group(k) for k in ("pid", "pid2", "pid3") if g.groupdict().get(k)), None)
     offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
     evidence = (f"{'rank ' + rank if rank else 'a rank'}{' (pid ' + pid + ')' if pid else ''} killed by signal 9 "
@@ -266,8 +268,16 @@ SPAWNED_LOCAL_RANK = re.compile(r"spawned with command: \[[^\]\n]{0,600}?'--loca
 def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
     """argparse's ``prog: error: ...`` (its exit code 2): ENV331 when the deepspeed launcher started the script (it
     inserts --local_rank=N before the user's arguments), else the parser's refusal as it is (LOG810)."""
-    launched = re.search(r"--local[_-]rank", match.groups.group("msg")) or \
-        any("--local_rank=" in ln.text and SPAWNED_LOCAL_RANK.search(ln.text) for ln in lines[:20000])
+    msg = match.groups.group("msg")
+    usage = next((ln.text for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
+                  if ln.text.lstrip().startswith("usage:")), "")
+    # the launcher's --local_rank=N refused: named in the message, or an argument unrecognized (or one missing: the
+    # launcher's flag came before a config file the script reads as its first argument) under a launcher that passes
+    # it to a parser whose usage does not list it; a value refused is the line's own (PRE021)
+    launched = re.search(r"--local[_-]rank", msg) or (
+        msg.startswith(("unrecognized arguments", "the following arguments are required")) and
+        "local_rank" not in usage and
+        any("--local_rank=" in ln.text and SPAWNED_LOCAL_RANK.search(ln.text) for ln in lines[:20000]))
     evidence = _where(match) + match.line.text.strip()[:300]
     if launched:
         return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
@@ -344,15 +354,24 @@ def _option_as_command(match: Match, lines: list[Line]) -> tuple[str, str]:
             "launch command above it had ended, so it and the options after it never reached the script)", "")
 
 
+def summary_rank(match: Match, lines: list[Line]) -> int | None:
+    """The rank of an ``exitcode : N (pid: P)`` line of torchrun's failure summary: its ``rank : R (local_rank: L)``
+    line just above; None for another line."""
+    if not match.line_index or not re.match(r"\s{0,8}exitcode\s{0,8}:", match.line.text):
+        return None
+    above = re.search(r"^\s{0,8}rank\s{0,8}:\s{0,4}(\d{1,6})\b", lines[match.line_index - 1].text)
+    return int(above.group(1)) if above else None
+
+
 def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
     """A rank that ended with no error of its own in the log: its exit code, or the signal that killed it (a
     negative code: -11 is SIGSEGV, a crash in native code)."""
     g = match.groups.groupdict()
     rank = g.get("rank") or g.get("rank2")
     code = g.get("code") or g.get("code2") or g.get("code4") or g.get("code5")
-    if g.get("code5") and not rank and match.line_index:  # torchrun's summary: "rank : 4 (local_rank: 4)" above
-        above = re.search(r"^\s{0,8}rank\s{0,8}:\s{0,4}(\d{1,6})\b", lines[match.line_index - 1].text)
-        rank = above.group(1) if above else None
+    if g.get("code5") and not rank:
+        summary = summary_rank(match, lines)
+        rank = str(summary) if summary is not None else None
     sig = g.get("sig") or g.get("sig2") or (code[1:] if code and code.startswith("-") else None)
     name = g.get("signame") or g.get("signame2") or SIGNAL_NAMES.get(_int(sig, 3) or 0, "")
     who = f"rank {rank}" if rank else "a rank"
@@ -581,6 +600,16 @@ SIGNATURES: tuple[Signature, ...] = (
     # an evaluation's loss NaN while training's is not: an eval batch whose labels are all -100 (0/0 in the mean)
     _sig("eval-nan-loss", "DATA701", "eval_loss",
          r"['\"]eval_loss['\"]: '?nan\b", _eval_nan, "dsdoctor data --model MODEL --seq-len N"),
+    # the config's optimizer and scheduler blocks, refused at initialize (engine.py _configure_basic_optimizer,
+    # _scheduler_from_config): the rules `check` gives the same blocks
+    _sig("optimizer-unknown", "DS122", "is not a supported DeepSpeed Optimizer",
+         r"(?P<type>[\w.-]{1,80}) is not a supported DeepSpeed Optimizer", _first_line, "dsdoctor check ds_config.json"),
+    _sig("optimizer-param", "DS118", "got an unexpected keyword argument",
+         r"(?P<cls>\w{0,40}(?:Adam\w{0,10}|Lamb|Lion|SGD|Adagrad|RMSprop|Adafactor|Muon|Optimizer))\.__init__\(\) got an "
+         r"unexpected keyword argument '(?P<arg>\w{1,80})'", _first_line, "dsdoctor check ds_config.json"),
+    _sig("scheduler-wrapped-optimizer", "DS124", "is not an Optimizer",
+         r"TypeError: (?P<cls>\w{0,60}(?:Zero\w{0,40}|FP16\w{0,30}|BF16\w{0,30})Optimizer\w{0,20}) is not an "
+         r"Optimizer", _first_line, "dsdoctor check ds_config.json"),
     _sig("nccl-duplicate-gpu", "NET415", "Duplicate GPU detected",
          r"Duplicate GPU detected : rank (?P<a>\d{1,6}) and rank (?P<b>\d{1,6}) both on CUDA device (?P<dev>\w{1,20})",
          _first_line, "dsdoctor env", caught_note="(CUDA_VISIBLE_DEVICES); call torch.cuda.set_device(LOCAL_RANK)"),
@@ -754,10 +783,12 @@ SIGNATURES: tuple[Signature, ...] = (
          r"--local_rank=(?P<rank2>\d{1,6})'?(?:, [^\]\n]{0,400})?\] exits with return code = (?P<code2>-?(?!9(?!\d))[1-9]\d{0,3})"
          r"(?!\d)|sigkill_handler\]\s{0,3}exits with return(?: code)?\s{0,3}=?\s{0,3}(?P<code4>-?(?!9(?!\d))[1-9]\d{0,3})"
          r"(?!\d)|failed \(exitcode: (?P<code>-?(?!9(?!\d))[1-9]\d{0,3})\) local_rank: (?P<rank>\d{1,6})(?!\d)|"
-         r"Signal (?P<sig>(?!9 )\d{1,2}) \((?P<signame>SIG\w{2,8})\) received by PID|"
-         r"died with <Signals\.(?P<signame2>SIG(?!KILL)\w{2,8}): (?P<sig2>\d{1,2})>|"
+         # (SIGTERM is sent from outside: the agent ending the ranks left after another failed, or a stop: LOG807)
+         r"Signal (?P<sig>(?!9 |15 )\d{1,2}) \((?P<signame>SIG\w{2,8})\) received by PID|"
+         r"died with <Signals\.(?P<signame2>SIG(?!KILL|TERM)\w{2,8}): (?P<sig2>\d{1,2})>|"
          # torchrun's failure summary (torch/distributed/elastic/multiprocessing/errors), its rank on the line above
-         r"^\s{0,8}exitcode\s{0,8}:\s{0,4}(?P<code5>-?(?!9(?!\d))[1-9]\d{0,3}) \(pid: \d{1,10}\)", _rank_exit,
+         # (-15 there is the agent's own SIGTERM of the ranks left when another failed: a cascade)
+         r"^\s{0,8}exitcode\s{0,8}:\s{0,4}(?P<code5>-?(?!9(?!\d)|15(?!\d))[1-9]\d{0,3}) \(pid: \d{1,10}\)", _rank_exit,
          consequence=True),
     _sig("nccl-error", "NET408", "NCCL error",
          r"NCCL error in: [^\n]{0,400}?(?:unhandled system error|unhandled cuda error|internal error|"
