@@ -1800,3 +1800,21 @@ def test_the_config_blocks_deepspeed_refuses_at_initialize_get_checks_rules():
     assert explain("TypeError: DeepSpeedCPUAdam.__init__() got an unexpected keyword argument 'beta1'\n")[0][0].id \
         == "DS118"
     assert explain("TypeError: DeepSpeedZeroOptimizer_Stage3 is not an Optimizer\n")[0][0].id == "DS124"
+
+
+def test_a_few_nul_bytes_are_dropped_and_a_config_is_not_a_log(tmp_path):
+    """The NUL padding a crash leaves in a log is dropped, the log read; a DeepSpeed config given to explain is
+    refused with one line pointing at check (exit 2), as any JSON document is; JSON lines are a log."""
+    log = tmp_path / "train.log"
+    log.write_bytes(b"Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyError: 'labels'\n"
+                    + b"\x00" * 12)
+    code, report, _ = run(str(log))
+    assert code == 1 and report["findings"][0]["id"] == "LOG805"
+    config = tmp_path / "ds_config.json"
+    config.write_text('{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}\n')
+    proc = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", str(config)], capture_output=True, text=True)
+    assert proc.returncode == 2 and f"`dsdoctor check {config}`" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    lines = tmp_path / "metrics.jsonl"
+    lines.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": NaN}\n')
+    assert run(str(lines))[0] in (0, 1)

@@ -111,10 +111,12 @@ def _text_chunks(raw, name: str):
         raise DsdoctorError(f"{name} is empty: nothing to explain")
     sample = head[:8192]
     printable = sum(32 <= b < 127 or b in (9, 10, 13, 27) or b >= 128 for b in sample)
-    if b"\x00" in sample or printable < 0.9 * len(sample):
+    if sample.count(b"\x00") > max(16, len(sample) // 100) or printable < 0.9 * len(sample):
         raise DsdoctorError(f"{name} is binary data, not a text log")
-    yield head
-    yield from stream
+    # a few NUL bytes in a text log (the padding a crash leaves where the file was being written) are dropped
+    yield head.replace(b"\x00", b"")
+    for chunk in stream:
+        yield chunk.replace(b"\x00", b"")
 
 
 def _head_and_tail(chunks, budget: int, head_bytes: int) -> tuple[bytes, tuple[int, int] | None]:
@@ -277,6 +279,30 @@ def rank_of_file(path: str) -> int | None:
     if p.name in ("stdout.log", "stderr.log") and p.parent.name.isdecimal() and len(p.parent.name) <= 6:
         return int(p.parent.name)
     return None
+
+
+# --- a config instead of a log ----------------------------------------------------------------------------------------
+
+#: keys of a DeepSpeed config's top level (deepspeed/runtime/config.py): a JSON document with one is that config
+DS_CONFIG_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                  "zero_optimization", "optimizer", "scheduler", "fp16", "bf16", "gradient_clipping")
+
+
+def not_a_log(text: str, name: str) -> None:
+    """Raise DsdoctorError for a JSON document given as a log (a DeepSpeed config, ``explain ds_config.json`` for
+    ``check``): it holds no run's output; a dsdoctor report's JSON is taken care of by :func:`report_in`."""
+    stripped = text.lstrip()
+    if not stripped.startswith(("{", "[")) or '"dsdoctor_version"' in stripped[:4096]:
+        return
+    import json
+
+    try:
+        document = json.loads(stripped)
+    except ValueError:
+        return  # a log that starts with a brace: a printed dict, a JSON-lines metric
+    if isinstance(document, dict) and any(key in document for key in DS_CONFIG_KEYS):
+        raise DsdoctorError(f"{name} is a DeepSpeed config, not a run's log: `dsdoctor check {name}` checks it")
+    raise DsdoctorError(f"{name} is a JSON document, not a run's log (give the output the run printed)")
 
 
 # --- a dsdoctor report instead of a log -------------------------------------------------------------------------------
@@ -521,6 +547,7 @@ def run_explain(sources: str | list[str] | tuple[str, ...]) -> Report:
             empty.append(shown(source))
             continue
         name = "stdin" if source == "-" else shown(source)
+        not_a_log(text, name)
         lines = read_lines(text, skipped, rank=None if source == "-" else rank_of_file(source),
                            source=name if several else None)
         report = report_in(text) if "dsdoctor" in text else None
