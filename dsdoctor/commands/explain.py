@@ -110,8 +110,9 @@ def _text_chunks(raw, name: str):
     if not head.strip():
         raise DsdoctorError(f"{name} is empty: nothing to explain")
     sample = head[:8192]
-    printable = sum(32 <= b < 127 or b in (9, 10, 13, 27) or b >= 128 for b in sample)
-    if sample.count(b"\x00") > max(16, len(sample) // 100) or printable < 0.9 * len(sample):
+    text_sample = sample.replace(b"\x00", b"")
+    printable = sum(32 <= b < 127 or b in (9, 10, 13, 27) or b >= 128 for b in text_sample)
+    if sample.count(b"\x00") > max(16, len(sample) // 100) or printable < 0.9 * len(text_sample):
         raise DsdoctorError(f"{name} is binary data, not a text log")
     # a few NUL bytes in a text log (the padding a crash leaves where the file was being written) are dropped
     yield head.replace(b"\x00", b"")
