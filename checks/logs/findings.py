@@ -565,6 +565,17 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          # libtorch's C++ exceptions (c10/util/Exception.cpp): "Exception raised from recvBytes at
                          # ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)"
                          r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")
+#: substrings one of which every line FAILED_LINE matches holds: the regex runs only on those (a log of free text
+#: is mostly lines without any, and the regex's character classes cost at every position)
+FAILED_NEEDLES = re.compile(r"Traceback|Error|Exception|WARN|[Ff]atal|FATAL|FAILED|ERROR|[Ee]xit|File \"|raise |assert|"
+                            r": error: |ssh: |Host key|Permission denied")
+
+
+def failed_line(text: str) -> bool:
+    """Whether ``text`` says a run failed (:data:`FAILED_LINE`)."""
+    return FAILED_NEEDLES.search(text) is not None and FAILED_LINE.search(text) is not None
+
+
 #: catalogue lookups per log (each is a scan of the whole catalogue, about 15 ms)
 MAX_LOOKUPS = 40
 
@@ -616,7 +627,7 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     run that finished (:func:`finished`: a handled exception, one ignored at exit, a retried NCCL connection are no
     failure). Also the origin (:mod:`.origin`) or None."""
     done = finished(lines, [])
-    failing = [] if done else [ln for ln in lines if FAILED_LINE.search(ln.text) and not CASCADE.search(ln.text)]
+    failing = [] if done else [ln for ln in lines if failed_line(ln.text) and not CASCADE.search(ln.text)]
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         shown = ln.text.strip()
         found = _catalogued(ln.text)
