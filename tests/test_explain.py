@@ -1818,3 +1818,17 @@ def test_a_few_nul_bytes_are_dropped_and_a_config_is_not_a_log(tmp_path):
     lines = tmp_path / "metrics.jsonl"
     lines.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": NaN}\n')
     assert run(str(lines))[0] in (0, 1)
+
+
+def test_the_needle_trie_finds_what_the_plain_alternation_finds():
+    """signatures.NEEDLES is the needles' alternation factored as a trie (for speed): at every position of every
+    line of the corpus it names the same needle, the longest there."""
+    from dsdoctor.checks.logs import signatures
+
+    needles = {n for s in signatures.SIGNATURES for n in s.needles}
+    plain = re.compile("(?=(" + "|".join(re.escape(n) for n in sorted(needles, key=len, reverse=True)) + "))")
+    texts = [p.read_text(errors="replace") for p in sorted(Path(__file__).parents[1].glob("cases/**/log.txt"))]
+    lines = [ln for text in texts for ln in text.split("\n")]
+    assert len(lines) > 3000
+    assert all(plain.findall(ln) == signatures.NEEDLES_AT.findall(ln) for ln in lines)
+    assert re.fullmatch(signatures.trie_pattern({"ab", "abc", "b"}), "abc")

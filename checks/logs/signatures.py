@@ -809,8 +809,29 @@ SIGNATURES: tuple[Signature, ...] = (
 
 #: Every signature's needles in one pattern: one search rules out most lines, ``findall`` names the needles a line
 #: has. No needle may contain another (``findall`` would hide the shorter one; tests/test_explain.py checks it).
-NEEDLES = re.compile("|".join(re.escape(n) for n in sorted({n for s in SIGNATURES for n in s.needles}, key=len,
-                                                              reverse=True)))
+def trie_pattern(words) -> str:
+    """A regular expression matching any of ``words``, factored as a trie (``Assertion (?:`|')``): the same
+    language as their alternation, the longest word at a position first, but one branch per shared prefix, which
+    ``re`` tries several times faster than one alternative per word (measured: 0.28 s against 0.09 s for 10,400 log
+    lines)."""
+    root: dict = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict) -> str:
+        branches = [re.escape(ch) + build(node[ch]) for ch in sorted(k for k in node if k)]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(root)
+
+
+NEEDLES = re.compile(trie_pattern({n for s in SIGNATURES for n in s.needles}))
 #: The same needles found at every position (a lookahead: overlapping occurrences too), so that ``findall`` names
 #: every needle a line holds; and, for each needle, the indices in :data:`SIGNATURES` of the signatures that have it:
 #: a line is tried against those signatures only (a frequent needle, DeepSpeed's ``skipped=`` on every step line,
