@@ -56,11 +56,14 @@ def test_no_personal_details_in_the_corpus():
 
 
 def test_prefixes_and_colours_are_removed():
-    lines = read_lines("\x1b[31m[rank3]:\x1b[0m ValueError: x\n[default5]: hello\n7: srun label\n"
+    lines = read_lines("\x1b[31m[rank3]:\x1b[0m ValueError: x\n[default5]: hello\n7: srun label\n0: srun\n1: srun\n"
                        "worker-1: [2024-01-01 10:00:00,000] [INFO] hi\nValueError: not a host\n")
-    assert [(ln.rank, ln.text) for ln in lines] == [(3, "ValueError: x"), (5, "hello"), (7, "srun label"),
-                                                     (None, "[2024-01-01 10:00:00,000] [INFO] hi"),
+    assert [(ln.rank, ln.text) for ln in lines] == [(3, "ValueError: x"), (5, "hello"), (7, "srun label"), (0, "srun"),
+                                                     (1, "srun"), (None, "[2024-01-01 10:00:00,000] [INFO] hi"),
                                                      (None, "ValueError: not a host")]
+    # one line that starts "6: " (a "file.py:6: UserWarning" wrapped at 80 columns) is no srun label
+    wrapped = read_lines("/opt/env/lib/python3.10/site-packages/torch/utils/checkpoint.py:9\n6: UserWarning: x\n")
+    assert [ln.rank for ln in wrapped] == [None, None]
 
 
 def test_the_first_real_failure_comes_before_its_cascade():
@@ -1832,3 +1835,18 @@ def test_the_needle_trie_finds_what_the_plain_alternation_finds():
     assert len(lines) > 3000
     assert all(plain.findall(ln) == signatures.NEEDLES_AT.findall(ln) for ln in lines)
     assert re.fullmatch(signatures.trie_pattern({"ab", "abc", "b"}), "abc")
+
+
+def test_a_batch_assertion_the_trainer_filled_for_one_process_is_fixed_on_the_trainers_side():
+    """An all-"auto" config under the HF Trainer on 2 ranks whose TrainingArguments saw one process (a CPU machine
+    without use_cpu): the triple is the Trainer's, for world size 1; writing train_batch_size into the config would
+    only meet HF201 (found by a new user's trial)."""
+    log = ("[rank1]:   File \"/venv/lib/python3.11/site-packages/transformers/integrations/deepspeed.py\", line 410, in "
+           "deepspeed_init\n[rank1]:     hf_deepspeed_config.trainer_config_finalize(args, model, num_training_steps)\n"
+           "[rank1]: AssertionError: Check batch related parameters. train_batch_size is not equal to "
+           "micro_batch_per_gpu * gradient_acc_step * world_size 4 != 4 * 1 * 2\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "DS102" and "filled the config's batch values for world size 1" in findings[0].evidence
+    assert "use_cpu" in findings[0].fix and "--launch trainer --world-size 2" in findings[0].fix
+    plain = log.split("\n", 2)[2]  # the same assertion without the Trainer's frames: the config's own triple
+    assert "Set train_batch_size to 8" in explain(plain)[0][0].fix

@@ -19,6 +19,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b\n]{0,256}(?:\x0
 #: a rank has at most 6 digits (a longer number is text, not a rank)
 PREFIX = re.compile(r"^(?:\[(?:rank|default)(?P<r1>\d{1,6})\]:\s?|(?P<r2>\d{1,4}):\s|"
                     r"(?P<host>[A-Za-z][\w.-]{0,62}):\s)")
+#: the bare rank label of srun --label and mpirun: "3: "
+LABEL = re.compile(r"\d{1,4}: ")
 #: what a line is matched on: at most this many characters (the head and the tail of a longer line)
 LINE_CHARS = 8192
 
@@ -196,6 +198,9 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
         numbers, raws = unflatten(raws)
     if "\u2502" in text or "\u2503" in text:
         raws = unbox(raws)
+    # a bare "N: " prefix (srun --label, mpirun) is a rank only in a log with several such lines: one line that
+    # starts so is a wrapped "file.py:6: UserWarning" or a numbered list
+    labelled = sum(1 for raw in raws[:20000] if LABEL.match(raw)) >= 3
     for number, raw in zip(numbers, raws):
         if "\r" in raw:
             raw = raw.rstrip("\r")
@@ -212,7 +217,7 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
             host = found.group("host") if found else None
             if host and (host in hosts or _host_prefix(found, raw)):
                 hosts.add(host)
-            elif not (found and (found.group("r1") or found.group("r2"))):
+            elif not (found and (found.group("r1") or (found.group("r2") and labelled))):
                 break
             if found.group("r1") or found.group("r2"):
                 line_rank = int(found.group("r1") or found.group("r2"))

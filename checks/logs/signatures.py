@@ -188,6 +188,11 @@ def _printed(ctx, capacity: float | None, command: str) -> str:
             "this log printed none of the run's settings: give yours")
 
 
+#: the HF Trainer's DeepSpeed set-up in a traceback: it fills the config's "auto" values before DeepSpeed reads them
+TRAINER_FILLS = re.compile(r"transformers/(?:integrations/deepspeed|deepspeed|trainer)\.py\", line \d{1,6}, in "
+                           r"(?:deepspeed_init|trainer_config_finalize|_inner_training_loop|train)\b")
+
+
 def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
     """DeepSpeed's batch assertion (deepspeed/runtime/config.py _batch_assertion): the triple recomputed for the world
     size it ran on. Numbers too long to be a batch size are shown as text, with the rule's own fix."""
@@ -200,6 +205,18 @@ def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
     note = ""
     if micro * acc and total % (micro * acc) == 0 and total // (micro * acc) not in (0, world):
         note = f"; the config assumes world size {total // (micro * acc)}"
+    trainer = any(TRAINER_FILLS.search(ln.text) for ln in lines[max(0, match.line_index - 80):match.line_index]
+                  if ln.rank == match.line.rank)
+    if trainer and micro * acc and total == micro * acc and world > 1:  # the Trainer filled "auto" for one process
+        return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
+                f"accumulation x world size): the HF Trainer filled the config's batch values for world size 1 "
+                f"while the launcher started {world} ranks",
+                "The Trainer computed the batch for one process: its TrainingArguments did not see the distributed "
+                "launch (on a machine without GPUs, use_cpu=True / --use_cpu; TrainingArguments built before the "
+                "launcher's environment is read, or with a local_rank of -1). Fix that side, not the config: a "
+                "train_batch_size written into the config is then refused as a mismatch with the Trainer's "
+                "(HF201). `dsdoctor check ds_config.json --launch trainer --world-size "
+                f"{world}` checks the config as the Trainer fills it.")
     fixed = micro * acc * world
     return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
             f"accumulation x world size){note}",
@@ -590,7 +607,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # assert() in native code (glibc: "python: FILE:LINE: FUNCTION: Assertion `COND' failed.", then SIGABRT): a
     # compiled op's own check, DeepSpeed's aio or a CUDA extension
     _sig("native-assert", "LOG810", "Assertion `",
-         r"(?P<path>[\w./~-]{1,300}\.(?:cpp|cc|cu|cuh|c|h|hpp)):(?P<line>\d{1,6}): (?P<func>[^`\n]{1,600}?): "
+         r"(?:^|(?<=[\s:]))(?P<path>[\w./~-]{1,300}\.(?:cpp|cc|cu|cuh|c|h|hpp)):(?P<line>\d{1,6}): (?P<func>[^`\n]{1,600}?): "
          r"Assertion `(?P<cond>[^`'\n]{1,200})' failed|"
          r"^\s{0,8}(?P<func2>[^`/\n]{1,300}?): Assertion `(?P<cond2>[^`'\n]{1,200})' failed", _native_assert),
     # torch's reentrant checkpoint warning: the checkpointed block's inputs need no grad, so nothing inside it gets
