@@ -167,6 +167,24 @@ def test_deepspeed_launcher_runs_the_same_job_on_a_users_data_file(tmp_path):
     assert not any(Path(p).exists() for p in removed)
 
 
+def test_a_segment_a_killed_run_left_on_the_port_is_deleted_before_the_launch(tmp_path):
+    """A run killed with -9 leaves its DeepSpeed all-reduce segments; DeepSpeed's shm_open would reuse one on the same
+    MASTER_PORT as it is (stale collective state: a CI run here once aborted so). smoke deletes it first."""
+    from dsdoctor.checks.network import free_port
+
+    port = free_port()
+    stale = Path(f"/dev/shm/deepspeed_allreduce_buffer_{os.geteuid()}_127.0.0.1_{port}_1")
+    stale.write_bytes(b"\x07" * 4096)  # no live process maps it
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dsdoctor", "smoke", "--out", str(out), "--json", str(tmp_path / "report.json"),
+           "--steps", "5", "--no-verify", "--launcher", "deepspeed"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**ENV, "MASTER_PORT": str(port)}, timeout=600,
+                          cwd=tmp_path)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["result"]["shm_segments_removed_before"] == [str(stale)], proc.stderr[-2000:]
+    assert not any(Path("/dev/shm").glob(f"deepspeed_allreduce_buffer_*_{port}_*"))  # and its own after the run
+
+
 def test_a_killed_rank_is_named_and_nothing_is_left_behind(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "dsdoctor", "smoke", "--steps", "100000", "--out", str(out),

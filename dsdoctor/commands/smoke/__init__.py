@@ -150,6 +150,11 @@ def run_smoke(opts: SmokeOptions) -> Report:
     if any(f.severity == "error" for f in report.findings):
         return report
     port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else free_port()
+    # a segment an earlier run on this port left (killed before it could be deleted: dsdoctor/shm.py) would be reused
+    # by DeepSpeed's shm_open as it is, stale state or wrong size, and crash or hang the ranks: delete it first
+    from dsdoctor.shm import remove_stale
+
+    stale_before = remove_stale(port=port)
 
     out = prepare_out(Path(opts.out))
     try:
@@ -165,6 +170,8 @@ def run_smoke(opts: SmokeOptions) -> Report:
         if root is not None:  # one extensions directory per Python environment, unless the user chose one
             env["TORCH_EXTENSIONS_DIR"] = str(root)
         report.result.update(command=" ".join(cmd), torch_extensions_dir=str(ranks_root))
+        if stale_before:
+            report.result["shm_segments_removed_before"] = [str(s.path) for s in stale_before]
         supervised = supervise(cmd, env, out, opts.steps, opts.timeout_s, ranks_root)
         report.result.update(wall_s=round(supervised.wall_s, 1), out=str(out), log=str(out / "train.log"))
         judge_run(report, out, opts, nproc, supervised, report.result["device"])
@@ -174,8 +181,6 @@ def run_smoke(opts: SmokeOptions) -> Report:
         finish_out(out)
         # DeepSpeed's CPU accelerator never deletes its all-reduce segments (dsdoctor/shm.py): 66 MB of RAM a rank
         # that outlive the run. Delete this run's, once no rank maps them.
-        from dsdoctor.shm import remove_stale
-
         removed = remove_stale(port=port)
         if removed:
             report.result["shm_segments_removed"] = [str(s.path) for s in removed]
