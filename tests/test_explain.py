@@ -1850,3 +1850,15 @@ def test_a_batch_assertion_the_trainer_filled_for_one_process_is_fixed_on_the_tr
     assert "use_cpu" in findings[0].fix and "--launch trainer --world-size 2" in findings[0].fix
     plain = log.split("\n", 2)[2]  # the same assertion without the Trainer's frames: the config's own triple
     assert "Set train_batch_size to 8" in explain(plain)[0][0].fix
+
+
+def test_a_log_quoted_in_a_reply_is_read_without_its_quote_markers():
+    """A log quoted in a GitHub or e-mail reply ("> " on every line, found by a new user's trial): the markers go,
+    rank prefixes and tracebacks are read as the run printed them; a log with a few '>' lines is left as it is."""
+    log = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/srv/job/train.py\", line 9, in <module>\n"
+           "[rank0]: KeyError: 'labels'\n")
+    quoted = "".join("> " + ln + "\n" for ln in log.splitlines())
+    assert [(ln.rank, ln.text) for ln in read_lines(quoted)] == [(ln.rank, ln.text) for ln in read_lines(log)]
+    assert explain(quoted)[0][0].id == "LOG805"
+    mixed = "step 1\n> a note\nstep 2\nstep 3\n"
+    assert [ln.text for ln in read_lines(mixed)][1] == "> a note"

@@ -107,6 +107,19 @@ def unbox(raws: list[str]) -> list[str]:
     return out
 
 
+#: a Markdown quote's marker at a line's start (a log quoted in an issue's or an e-mail's reply): "> " or ">"
+QUOTE = re.compile(r"^ {0,3}>(?: |$)")
+
+
+def unquote(raws: list[str]) -> list[str]:
+    """``raws`` without a Markdown quote's "> " when at least 80% of its non-blank lines have one (a quoted log: the
+    reply's quoting is no part of what the run printed); else unchanged."""
+    shown = [raw for raw in raws[:20000] if raw.strip()]
+    if not shown or sum(1 for raw in shown if QUOTE.match(raw)) < 0.8 * len(shown):
+        return raws
+    return [QUOTE.sub("", raw, count=1) for raw in raws]
+
+
 #: a whole rich traceback box on one line, as GitHub shows a paste outside a code block (its newlines became spaces):
 #: ``╭── Traceback (most recent call last) ──╮ │ /p/x.py:201 in │ │ ❱ 201 │ train() │ ... ╰──╯ AttributeError: ...``
 FLAT_BOX = re.compile(r"\u256d\u2500{1,300} ?Traceback \(most recent call last\) ?\u2500{1,300}\u256e(?P<body>.*?)"
@@ -191,7 +204,7 @@ def read_lines(text: str, skipped: tuple[int, int] | None = None, rank: int | No
     after, count = skipped or (0, 0)
     hosts: set[str] = set()  # pdsh host prefixes seen on lines that proved them (a timestamp after them)
     half = LINE_CHARS // 2
-    raws = text.split("\n")
+    raws = unquote(text.split("\n"))
     numbers = list(range(1, len(raws) + 1))
     if ("\u2570" in text and "\u2502" in text) or "Traceback (most recent call last): File" in text or \
             "Traceback (most recent call last) File" in text:

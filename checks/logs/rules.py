@@ -62,7 +62,9 @@ LOG806 = rule(
     what="The launcher reports a rank that exited with an error code, and the log holds no error of that rank.",
     why="The rank's own output went elsewhere (DeepSpeed's launcher with each rank's log in a file; torchrun without "
         "--tee, or a traceback torchrun could not record).",
-    fix="Keep every rank's output: `deepspeed --enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log` "
+    fix="If the paste starts at torchrun's or the launcher's summary, the rank's traceback is above it in the same "
+        "output: give the log from its first 'Traceback'. Otherwise keep every rank's output: `deepspeed "
+        "--enable_each_rank_log DIR ...` then `dsdoctor explain DIR/*.log` "
         "(each file's rank from its name); `torchrun --tee 3 ...` (rank prefixes) or `torchrun --log-dir DIR "
         "--redirects 3 ...` then `dsdoctor explain DIR/*/attempt_*/*/std*.log`; or decorate main with "
         "torch.distributed.elastic.multiprocessing.errors.record so the traceback lands in torchrun's summary.",
