@@ -244,8 +244,9 @@ def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
 def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
     g = match.groups
     rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
-    if rank is None and summary_rank(match, lines) is not None:  # torchrun's summary: its rank line above
-        rank = str(summary_rank(match, lines))
+    if rank is None:  # torchrun's summary: its rank line above
+        summary = summary_rank(match, lines)
+        rank = str(summary) if summary is not None else None
     pid = next((g.group(k) for k in ("pid", "pid2", "pid3") if g.groupdict().get(k)), None)
     offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
     evidence = (f"{'rank ' + rank if rank else 'a rank'}{' (pid ' + pid + ')' if pid else ''} killed by signal 9 "
