@@ -484,15 +484,13 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         match.context = ctx
         evidence, fix, extra = _described(match, lines)
         target: Rule = rules[extra.get("rule") or match.signature.rule_id]  # a describer may name a narrower rule
-        crossed = imports.object_attribute(match, lines) if match.signature is PYTHON_ERROR_SIGNATURE else None
-        if crossed is not None:  # another package's object lacks what the raising package expects: a version mismatch
-            evidence, fix, extra = crossed[0], crossed[1], {**extra, "title": crossed[2]}
-            target = rules["ENV310"]
-        missing = none_from_missing_checkpoint(match, lines) if match.signature is PYTHON_ERROR_SIGNATURE and \
-            crossed is None else None
-        if missing is not None:  # None from a load_checkpoint that found nothing: the path is the cause
-            evidence, fix, extra = missing[0], missing[1], {**extra, "title": missing[2]}
-            target, crossed = rules["PRE014"], missing
+        crossed = None  # an unnamed Python error that a rule names after all, read with the lines around it
+        for refine, rule_id in PYTHON_ERROR_REFINERS if match.signature is PYTHON_ERROR_SIGNATURE else ():
+            crossed = refine(match, lines)
+            if crossed is not None:
+                evidence, fix, extra = crossed[0], crossed[1], {**extra, "title": crossed[2]}
+                target = rules[rule_id]
+                break
         raiser = frame_origin(lines, match.line_index, match.line.rank) \
             if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
         found = _catalogued(match.line.text, (raiser or {}).get("package")) \
@@ -586,6 +584,12 @@ def cpp_origin(text: str) -> dict | None:
     from dsdoctor.messages.catalogue import cpp_origin as lookup_cpp
 
     return lookup_cpp(text[:2000])
+
+
+#: (refiner, rule) tried in turn on an unnamed Python error: another package's object lacking what the raising
+#: package expects is a version mismatch (ENV310); None from a load_checkpoint that found no checkpoint is the missing
+#: path (PRE014). A refiner returns (evidence, fix, title) or None.
+PYTHON_ERROR_REFINERS = ((imports.object_attribute, "ENV310"), (none_from_missing_checkpoint, "PRE014"))
 
 
 def _raised_at(match: Match, lines: list[Line]) -> dict | None:
