@@ -1359,6 +1359,32 @@ def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
     assert _package("/home/user/experiments/Qwen/finetune.py") == (None, "finetune.py")
     assert _package("/workspace/train.py") == (None, "train.py")
     assert _package("/root/data/utils/x.py") == (None, "x.py")  # folders a checkout is kept in are no package
+    # a tool's checkout with a folder named after a library inside it is the tool's code; a checkout folder named as
+    # its package is not the package
+    assert _package("/home/user/llm/OpenRLHF/openrlhf/utils/deepspeed/deepspeed.py") == \
+        ("openrlhf", "utils/deepspeed/deepspeed.py")
+    assert _package("/home/user/verl/verl/trainer/ppo/ray_trainer.py") == ("verl", "trainer/ppo/ray_trainer.py")
+    assert _package("/home/user/DeepSpeed/deepspeed/runtime/engine.py") == ("deepspeed", "runtime/engine.py")
+
+
+def test_a_message_a_tool_copied_from_a_library_is_the_librarys_unless_the_tools_frame_raised_it():
+    """unsloth_zoo patches torch's load_state_dict with torch's own message: word for word, the message is torch's.
+    A refusal an old unsloth raised (in unsloth/models/llama.py) that only unsloth_zoo's mined version still has is
+    named by the frame that raised it, the catalogue's copy beside it."""
+    from dsdoctor.messages.catalogue import lookup
+
+    copied = lookup("size mismatch for weight: copying a param with shape torch.Size([0]) from checkpoint, the shape "
+                    "in current model is torch.Size([4096, 4096]).")
+    assert (copied.entry.package, copied.entry.file) == ("torch", "nn/modules/module.py")
+    log = ("Traceback (most recent call last):\n"
+           '  File "/opt/venv/lib/python3.11/site-packages/unsloth/models/llama.py", line 1878, in from_pretrained\n'
+           "    raise RuntimeError('Unsloth currently does not support multi GPU setups - but we are working on it!')\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG809" and "unsloth_zoo" in findings[0].evidence
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("unsloth", "models/llama.py")
+    assert result["origin"]["from"] == "traceback"
+    bare = explain("RuntimeError: Unsloth currently does not support multi GPU setups - but we are working on it!\n")
+    assert bare[1]["origin"]["package"] == "unsloth_zoo"  # no frame: the catalogue's package
 
 
 def test_a_package_that_cannot_import_a_name_from_itself_hid_a_broken_dependency():

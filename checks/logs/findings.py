@@ -632,16 +632,21 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
     failure). Also the origin (:mod:`.origin`) or None."""
     done = finished(lines, [])
     failing = [] if done else [ln for ln in lines if failed_line(ln.text) and not CASCADE.search(ln.text)]
+    where = {id(ln): i for i, ln in enumerate(lines)}
     for ln in [ln for ln in failing if TRACEBACK_HEADER not in ln.text][:MAX_LOOKUPS]:
         shown = ln.text.strip()
-        found = _catalogued(ln.text)
+        raiser = _raising_frame(lines, where[id(ln)])
+        prefer = (raiser or {}).get("package")
+        found = _catalogued(ln.text, prefer)
         literal = _raised_literal(lines, ln) if found is None else ""
         if literal:
-            found = _catalogued(literal)
+            found = _catalogued(literal, prefer)
             shown = f"{shown} \"{literal}\"" if found is not None else shown
         if found is not None and found.entry.kind not in ("nccl-info",):
-            return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"),
-                    catalogue_origin(found.entry, ln.text))
+            origin = catalogue_origin(found.entry, ln.text)
+            if prefer and found.entry.package != prefer:  # the frame that raised it is another package's: its code
+                origin = raiser  # says it (another version of it, or a copy of the message in the package found)
+            return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"), origin)
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
@@ -675,6 +680,18 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                                        f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
+
+
+def _raising_frame(lines: list[Line], index: int) -> dict | None:
+    """The innermost frame of the traceback that ``lines[index]`` ends (its exception line, or the quoted source
+    line of that frame: ``raise RuntimeError('Unsloth currently does not support multi GPU setups ...')`` under
+    ``File ".../unsloth/models/llama.py", line 1878``), when that frame is right above it and is a package's; None
+    otherwise (a line far from any traceback, a user's script)."""
+    above = [ln.text for ln in lines[max(0, index - 3):index]]
+    if not any("File \"" in text for text in above[-2:]) and not (above and above[-1][:1].isspace()):
+        return None
+    frame = frame_origin(lines, index, lines[index].rank)
+    return frame if frame is not None and frame.get("package") else None
 
 
 #: a quoted statement that opens a raise whose message is on the lines after it (rich's and IPython's tracebacks show

@@ -45,8 +45,11 @@ def _package(path: str) -> tuple[str | None, str]:
     if found:
         return found.group("pkg"), found.group("file")
     parts = path.split("/")
-    for i in range(len(parts) - 2, -1, -1):  # a source checkout (pip install -e): the nearest known package folder
-        if parts[i] in PACKAGES:
+    chain = len(parts) - 1  # a source checkout (pip install -e): the outermost known package of the trailing chain of
+    while chain > 0 and PACKAGE_DIR.match(parts[chain - 1]):  # import-name folders (openrlhf/utils/deepspeed/
+        chain -= 1  # deepspeed.py is OpenRLHF's), else the nearest known package folder
+    for i in [*range(chain, len(parts) - 1), *range(len(parts) - 2, -1, -1)]:
+        if parts[i] in PACKAGES and parts[i + 1] != parts[i]:  # verl/verl/trainer: the checkout's folder, its package
             return parts[i], "/".join(parts[i + 1:])
     from dsdoctor.messages.catalogue import script_origin
 

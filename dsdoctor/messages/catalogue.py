@@ -19,13 +19,17 @@ from pathlib import Path
 from typing import Callable
 
 HERE = Path(__file__).parent
-#: the packages whose catalogues ship, in the order a tie is broken (the library nearest the user's code first)
-PACKAGES = ("llamafactory", "axolotl", "swift", "trl", "openrlhf", "transformers", "peft", "accelerate", "deepspeed",
-            "torch", "nccl")
+#: the packages whose catalogues ship, in the order a tie is broken: the libraries first (the library nearest the
+#: user's code first), then the training tools built on them, since a tool that has a library's message or class word
+#: for word copied it (ms-swift's Seq2SeqTrainer is transformers'; unsloth_zoo patches torch's and transformers' code
+#: with their messages); a traceback through the tool's own frame still names the tool (:func:`lookup`'s ``prefer``)
+PACKAGES = ("transformers", "peft", "accelerate", "deepspeed", "torch", "nccl", "llamafactory", "axolotl", "swift",
+            "trl", "openrlhf", "xtuner", "fastchat", "unsloth", "unsloth_zoo", "verl")
 #: display names
 NAMES = {"transformers": "transformers", "peft": "peft", "accelerate": "accelerate", "deepspeed": "DeepSpeed",
          "torch": "PyTorch", "nccl": "NCCL", "llamafactory": "LLaMA-Factory", "axolotl": "axolotl",
-         "swift": "ms-swift", "trl": "TRL", "openrlhf": "OpenRLHF"}
+         "swift": "ms-swift", "trl": "TRL", "openrlhf": "OpenRLHF", "xtuner": "xtuner", "fastchat": "FastChat",
+         "unsloth": "unsloth", "unsloth_zoo": "unsloth_zoo", "verl": "verl"}
 #: a piece of fewer characters than this is no anchor (it is in too many lines)
 MIN_ANCHOR = 12
 #: a line that ends inside a template's longest piece matches it when it holds this many of its characters: an

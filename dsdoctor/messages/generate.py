@@ -60,6 +60,13 @@ TOOLS = {
     "trl": ("",),
     "openrlhf": ("",),
     "axolotl": ("",),
+    # the repositories' own training frameworks users run DeepSpeed (or their GPUs) through in the threads: InternLM's
+    # xtuner, FastChat (fschat), unsloth and its unsloth_zoo, verl
+    "xtuner": ("",),
+    "fastchat": ("train/", "model/", "data/", "conversation.py", "utils.py", "constants.py"),
+    "unsloth": ("",),
+    "unsloth_zoo": ("",),
+    "verl": ("",),
 }
 
 
