@@ -1367,6 +1367,41 @@ def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
     assert _package("/home/user/DeepSpeed/deepspeed/runtime/engine.py") == ("deepspeed", "runtime/engine.py")
 
 
+def test_a_failure_line_in_another_versions_spacing_is_named_approximately():
+    """A message built by joining string literals lost or gained spaces between versions ("... as batch size.Please
+    set" in one, "batch size. Please set" in the mined one): a failure line that holds it approximately is the
+    library's (LOG809, its origin), not an unnamed failure."""
+    line = ("ValueError: At least one of the dataloaders passed to `accelerate.prepare()` has `None` as batch size."
+            "Please set an integer value in `train_micro_batch_size_per_gpu` in the deepspeed config fileor assign "
+            "integer value to `AcceleratorState().deepspeed_plugin.deepspeed_config['train_micro_batch_size_per_gpu']`.")
+    findings, result = explain(line + "\n")
+    assert findings[0].id == "LOG809" and "approximately" in findings[0].evidence
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("accelerate", "accelerator.py")
+
+
+def test_the_frame_that_raised_a_message_says_which_of_its_copies_ran():
+    """torch has "Attempting to unscale FP16 gradients." in its AMP scaler and in FSDP's copy of it: the traceback's
+    frame right above says which one ran (torch < 2.3's cuda/amp/grad_scaler.py), with the versions of the source."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/opt/conda/lib/python3.9/site-packages/torch/cuda/amp/grad_scaler.py", line 212, in _unscale_grads_\n'
+           '    raise ValueError("Attempting to unscale FP16 gradients.")\n'
+           "ValueError: Attempting to unscale FP16 gradients.\n")
+    findings, result = explain(log)
+    assert findings[0].id == "LOG809"
+    assert (result["origin"]["package"], result["origin"]["file"], result["origin"]["line"]) == \
+        ("torch", "cuda/amp/grad_scaler.py", 212)
+
+
+def test_argparse_refusing_a_path_as_a_dict_is_transformers_parser_in_any_casing():
+    """HfArgumentParser types a field annotated Dict (typing's name, capitalised) or dict as argparse type=dict:
+    "--deepspeed: invalid Dict value", the value left out of the paste, is HF205 with transformers' parser as
+    origin; another type's refusal is the script's (PRE021)."""
+    findings, result = explain("--deepspeed: invalid Dict value\n")
+    assert findings[0].id == "HF205" and "reads --deepspeed as a dict" in findings[0].evidence
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("transformers", "hf_argparser.py")
+    assert explain("train.py: error: argument --epochs: invalid int value: 'two'\n")[0][0].id == "PRE021"
+
+
 def test_a_message_a_tool_copied_from_a_library_is_the_librarys_unless_the_tools_frame_raised_it():
     """unsloth_zoo patches torch's load_state_dict with torch's own message: word for word, the message is torch's.
     A refusal an old unsloth raised (in unsloth/models/llama.py) that only unsloth_zoo's mined version still has is

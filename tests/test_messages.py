@@ -10,7 +10,7 @@ import pytest
 from dsdoctor.checks.logs import explain
 from dsdoctor.messages import catalogue
 from dsdoctor.messages.generate import SCOPE, installed, mine_source
-from dsdoctor.messages.mine import HOLE, mine_nccl, mine_python
+from dsdoctor.messages.mine import HOLE, mine_cpp, mine_nccl, mine_python
 
 CATALOGUES = Path(catalogue.__file__).parent
 
@@ -50,6 +50,43 @@ def test_nccl_format_strings_become_templates(tmp_path):
     assert [(t.kind, t.line, t.parts) for t in found] == [  # TRACE is debugging output: not kept
         ("nccl-warn", 2, ["Duplicate GPU detected : rank ", HOLE, " and rank ", HOLE, " both on CUDA device ", HOLE]),
         ("nccl-info", 3, ["Using network ", HOLE])]
+
+
+def test_cpp_checks_become_templates_without_their_condition(tmp_path):
+    """DeepSpeed's ops raise into Python from C++ (csrc/): TORCH_CHECK's condition is no part of its message, its
+    other arguments are c10::str's pieces; a thrown std::runtime_error's ``+``-joined std::string has placeholders; a
+    check too short to name a line (``"Size mismatch"``) is not kept."""
+    (tmp_path / "adam").mkdir()
+    (tmp_path / "adam" / "apply.cuh").write_text(
+        'void f() {\n  TORCH_CHECK(d.type() == at::kCUDA, "expected input to be on cuda");\n'
+        '  TORCH_CHECK(a.size() == b.size(), "Size mismatch");\n'
+        '  TORCH_CHECK(n > 0, "chunk size ", n, " must be positive, got (", m, ")");\n'
+        '  if (!ok) throw std::runtime_error("Unable to open file " + path + " for reading");\n'
+        '  throw std::invalid_argument("the parameter dtype is not supported here");\n}\n')
+    found, dynamic, files = mine_cpp(tmp_path, "deepspeed", "ops/csrc/")
+    assert [(t.file, t.line, t.exception, t.parts) for t in found] == [
+        ("ops/csrc/adam/apply.cuh", 2, "RuntimeError", ["expected input to be on cuda"]),
+        ("ops/csrc/adam/apply.cuh", 4, "RuntimeError", ["chunk size ", HOLE, " must be positive, got (", HOLE, ")"]),
+        ("ops/csrc/adam/apply.cuh", 5, "RuntimeError", ["Unable to open file ", HOLE, " for reading"]),
+        ("ops/csrc/adam/apply.cuh", 6, "ValueError", ["the parameter dtype is not supported here"])]
+    assert dynamic == 1 and files == 1
+
+
+def test_deepspeeds_cpp_ops_messages_are_in_its_catalogue_for_every_version_mined():
+    found = catalogue.lookup("RuntimeError: expected input to be on cuda")
+    assert found.whole and found.entry.package == "deepspeed"
+    assert found.entry.file == "ops/csrc/adam/multi_tensor_apply.cuh"
+    assert found.entry.version_span() == "every version mined (0.9.5-0.19.8)"
+
+
+def test_a_line_that_ends_inside_a_message_after_a_value_is_that_message():
+    """A log (or a terminal's wrap) cuts transformers' "Error no file named {}, {}, {}, {} or {} found in directory
+    {}." after its values: the parts before the cut are whole, the last one begun; a line holding only the first
+    piece and a value is too little."""
+    cut = catalogue.lookup("OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5, "
+                           "model.ckpt.index or flax_model.msgpack found")
+    assert cut.whole and (cut.entry.package, cut.entry.file) == ("transformers", "modeling_utils.py")
+    assert not catalogue.lookup("OSError: Error no file named pytorch_model.bin").whole
 
 
 @pytest.mark.parametrize("package", sorted(SCOPE))

@@ -498,7 +498,7 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         origin = None
         if found is not None:  # no rule names it, but the catalogue knows whose message it is
             target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
-            origin = catalogue_origin(found.entry, match.line.text)
+            origin = _frame_or_catalogue(lines, match.line_index, found, match.line.text)
         elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
             origin = failure_origin(lines, match.line_index, match.line.rank)
         elif match is first:  # a rule names it; where the library says it, when the catalogue knows the line
@@ -643,13 +643,17 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
             found = _catalogued(literal, prefer)
             shown = f"{shown} \"{literal}\"" if found is not None else shown
         if found is not None and found.entry.kind not in ("nccl-info",):
-            origin = catalogue_origin(found.entry, ln.text)
-            if prefer and found.entry.package != prefer:  # the frame that raised it is another package's: its code
-                origin = raiser  # says it (another version of it, or a copy of the message in the package found)
-            return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"), origin)
+            return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"),
+                    _frame_or_catalogue(lines, where[id(ln)], found, ln.text))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
+    near = _approximately(failing or lines) if not done else None  # a message retyped or reworded at a few places
+    if near is not None:  # (a typo, quotes for backticks, another version's spacing: "batch size.Please set")
+        ln, found = near
+        return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; approximately (the wording "
+                                             f"differs at a few places): {found.entry.origin()}"),
+                _raising_frame(lines, where[id(ln)]) or catalogue_origin(found.entry, ln.text))
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
         first = next((i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
@@ -661,13 +665,6 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         return (LOG810.finding(_quoted(f"{len(failing)} failure-looking line(s) in {len(lines):,} lines, none that "
                                        f"dsdoctor can name; the last: {shown}"
                                        + (f"; {describe_frame(origin)}" if origin else ""))), origin)
-    if not done:  # a message retyped or reworded at a few places (a typo, quotes for backticks)
-        near = _approximately(lines)
-        if near is not None:
-            ln, found = near
-            return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; approximately (the wording "
-                                                 f"differs at a few places): {found.entry.origin()}"),
-                    catalogue_origin(found.entry, ln.text))
     said = library_message(lines, raised=not done)
     if said is not None and done and said[1].entry.kind not in ("raise", "assert"):
         said = None  # a run that ended well: its routine warnings are no headline
@@ -680,6 +677,20 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                                        f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
+
+
+def _frame_or_catalogue(lines: list[Line], index: int, found, text: str) -> dict:
+    """The origin of a catalogued message at ``lines[index]``: the frame right above it that raised it
+    (:func:`_raising_frame`: the line that ran, with the template's versions where it is the template's file; its own
+    where it is another package's or file's than the template found, another version of the package or a copy of the
+    message: torch's cuda/amp/grad_scaler.py and its FSDP copy both say "Attempting to unscale FP16 gradients."),
+    else the template's (:func:`catalogue_origin`)."""
+    raiser = _raising_frame(lines, index)
+    if raiser is None:
+        return catalogue_origin(found.entry, text)
+    if (raiser["package"], raiser["file"]) == (found.entry.package, found.entry.file):  # the line that ran, and the
+        return {**raiser, "versions": found.entry.version_span()}  # versions whose source says it
+    return raiser
 
 
 def _raising_frame(lines: list[Line], index: int) -> dict | None:

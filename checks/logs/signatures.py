@@ -301,14 +301,17 @@ def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
         return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
                 "arguments)", "", {})
     refused = ARGPARSE_VALUE.search(match.line.text)
-    if refused and "invalid dict value" in match.line.text:  # only HfArgumentParser gives argparse type=dict
+    if refused and refused.group("type") in ("dict", "Dict"):  # only HfArgumentParser gives argparse type=dict
+        # (typing.Dict's name in a transformers whose annotation was Dict: "--deepspeed: invalid Dict value")
         return (evidence + f" (transformers' HfArgumentParser reads {refused.group('opt')} as a dict in the installed "
                            f"version: it takes the field's type from the TrainingArguments annotation, dict | str, "
                            f"and a path is no dict)",
                 f"Use a transformers version whose parser reads {refused.group('opt')} as a path (`pip install -U "
                 f"transformers`, or the version the training repository pins), or give the config inline as JSON "
                 f"({refused.group('opt')} '{{\"zero_optimization\": ...}}').",
-                {"rule": "HF205", "title": "the installed transformers parses a TrainingArguments field differently"})
+                {"rule": "HF205", "title": "the installed transformers parses a TrainingArguments field differently",
+                 "origin": {"package": "transformers", "file": "hf_argparser.py", "function": "_parse_dataclass_field",
+                            "line": None, "code": "", "from": "mention"}})
     if refused:  # the line gives an option a value its add_argument (type=, choices=) cannot take
         return (evidence + f" (the script's parser refuses the value of {refused.group('opt')}: argparse exits with "
                            f"status 2 before anything runs)",
@@ -323,7 +326,7 @@ def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
 #: argparse's refusal of a value (argparse.py _check_value, _get_value): "argument --x: invalid choice: 'a' (choose
 #: from ...)", "argument --n: invalid int value: 'abc'"; a paste may keep only its tail, from the option on
 ARGPARSE_VALUE = re.compile(r"(?:argument |^\s{0,8})(?P<opt>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?): invalid "
-                            r"(?:choice: |(?:int|float|\w{1,40}) value: )")
+                            r"(?:choice: |(?P<type>\w{1,40}) value(?:: |\s*$))")
 
 
 def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -768,9 +771,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("argparse-error", "ENV331", ".py: error: ",
          r"^[\w./-]{1,200}\.py: error: (?P<msg>[^\n]{1,300})$", _argparse),
     # argparse's refusal pasted without its "prog: error: " head
-    _sig("argparse-value", "PRE021", ("invalid choice: ", " value: '"),
-         r"^\s{0,8}(?:argument )?(?P<msg>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?: invalid (?:choice: |(?:int|float|"
-         r"\w{1,40}) value: )[^\n]{0,300})$", _argparse),
+    _sig("argparse-value", "PRE021", (": invalid ",),
+         r"^\s{0,8}(?:argument )?(?P<msg>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?: invalid (?:choice: [^\n]{0,300}|"
+         r"\w{1,40} value(?:: [^\n]{0,300}|\s*)))$", _argparse),
     _sig("local-rank-arg", "ENV331", ("unrecognized arguments", "not used by the HfArgumentParser", "--local_rank="),
          r"error: unrecognized arguments:[^\n]{0,200}?--local[_-]rank|"
          r"Some specified arguments are not used by the HfArgumentParser: [^\n]{0,200}?--local[_-]rank|"

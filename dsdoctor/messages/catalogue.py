@@ -226,6 +226,10 @@ def lookup(text: str, prefer: str | None = None) -> Found | None:
         if e.anchor in line:
             whole = e.regex.search(line) is not None
             literal = sum(len(p) for p in e.parts if p is not None) if whole else len(e.anchor)
+            if not whole:  # the line may end inside the message, after its anchor: "... or flax_model.msgpack found"
+                cut = _cut_at_end(e, line)
+                if cut >= MIN_PREFIX:
+                    whole, literal = True, cut
         elif len(tail) - i >= MIN_PREFIX and e.anchor.startswith(tail[i:]):  # the line ends inside the message
             whole, literal = True, len(tail) - i
         else:
@@ -236,6 +240,31 @@ def lookup(text: str, prefer: str | None = None) -> Found | None:
                 (best.whole, best.literal, best.entry.package == prefer):
             best = candidate
     return best
+
+
+def _cut_at_end(e: Entry, line: str) -> int:
+    """The literal characters of ``e``'s first parts that ``line`` holds up to its end, the line ending inside the
+    message after a placeholder (the log, or the terminal's wrap, cut it: "Error no file named pytorch_model.bin,
+    tf_model.h5, model.ckpt.index or flax_model.msgpack found" of transformers' "... or {} found in directory {}."):
+    the parts before the placeholder as a whole, then the beginning of the literal after it (whole words, or none);
+    0 when the line does not end so, or the parts it holds miss the template's anchor."""
+    parts, text = e.parts, line.rstrip()
+    for k in range(len(parts) - 1, 1, -1):
+        if parts[k] is None or parts[k - 1] is not None:
+            continue  # the literal after a placeholder, where the line may end
+        after = _plain(parts[k]).strip()
+        words = after.split(" ")
+        for n in range(len(words) - 1, -1, -1):  # the longest beginning of it (whole words) the line ends with
+            begun = " ".join(words[:n])
+            if begun and not text.endswith(begun):
+                continue
+            rest = text[:len(text) - len(begun)] if begun else text
+            head = "".join(HOLE_RE if p is None else re.escape(_plain(p)) for p in parts[:k - 1])
+            if re.search(head + r".{1,300}$", rest):
+                literal = sum(len(p) for p in parts[:k] if p is not None) + len(begun)
+                kept = "".join(p for p in parts[:k] if p is not None)
+                return literal if e.anchor in kept or e.anchor.startswith(begun) and begun else 0
+    return 0
 
 
 #: approximate matching (:func:`approximate`): words of at least this many letters index a template

@@ -6,8 +6,8 @@ this file, one per package, each template with the versions it appears in.
         --source transformers=/tmp/tf-4.38.2/transformers@4.38.2 --nccl /tmp/nccl/src@2.28.9
 
 Sources: a package's own directory (``site-packages/deepspeed``, or an unpacked sdist's ``deepspeed/``; a
-DeepSpeed sdist's top-level ``op_builder/`` is read as ``ops/op_builder/``, where the wheel installs it), or NVIDIA/nccl's
-``src/``. ``pip download --no-deps --no-binary :all: deepspeed==X`` (or ``--only-binary :all:`` for a pure-Python
+DeepSpeed sdist's top-level ``op_builder/`` and ``csrc/`` are read as ``ops/op_builder/`` and ``ops/csrc/``, where the
+wheel installs them: the C++ ops' own checks, :func:`dsdoctor.messages.mine.mine_cpp`), or NVIDIA/nccl's ``src/``. ``pip download --no-deps --no-binary :all: deepspeed==X`` (or ``--only-binary :all:`` for a pure-Python
 wheel) fetches a version's source; keep only the generated catalogue, never the sources. A version already in a
 catalogue is mined again and replaces its old entries. Mining is :mod:`dsdoctor.messages.mine`.
 """
@@ -22,7 +22,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from dsdoctor.messages.mine import Template, _is_script, mine_binary, mine_nccl, mine_python
+from dsdoctor.messages.mine import Template, _is_script, mine_binary, mine_cpp, mine_nccl, mine_python
 
 HERE = Path(__file__).parent
 
@@ -47,7 +47,10 @@ SCOPE = {
               "nn/parallel/distributed.py", "utils/checkpoint.py", "utils/data/dataloader.py", "nn/modules/module.py",
               "nn/functional.py",
               # torch.load: a checkpoint refused by weights_only (the default since torch 2.6)
-              "serialization.py", "_weights_only_unpickler.py"),
+              "serialization.py", "_weights_only_unpickler.py",
+              # mixed precision: the gradient scaler of every fp16 run under torch's AMP (the Trainer's fp16 without
+              # DeepSpeed), cuda/amp/ where torch < 2.3 had it
+              "amp/", "cuda/amp/"),
 }
 #: The training tools our users launch DeepSpeed through (the brief: LLaMA-Factory, axolotl; ms-swift, TRL and
 #: OpenRLHF in their threads), mined from a downloaded wheel (``pip download --no-deps llamafactory``; not installed,
@@ -95,6 +98,11 @@ def mine_source(package: str, root: Path, classes: dict[str, str] | None = None,
                     scripts.add(path.relative_to(root).as_posix())
             except (SyntaxError, ValueError):
                 continue
+    csrc = root / "ops" / "csrc"  # DeepSpeed's C++/CUDA ops: installed under ops/csrc/, an sdist's top-level csrc/
+    csrc = csrc if csrc.is_dir() and not csrc.is_symlink() else root.parent / "csrc"
+    if package == "deepspeed" and csrc.is_dir():
+        more, d, f = mine_cpp(csrc, package, "ops/csrc/")
+        templates, dynamic, files = templates + more, dynamic + d, files + f
     builder = root / "ops" / "op_builder"
     top = root.parent / "op_builder"
     if package == "deepspeed" and (not builder.is_dir() or builder.is_symlink()) and top.is_dir():

@@ -304,6 +304,92 @@ def mine_nccl(root: Path) -> tuple[list[Template], int, int]:
     return found, dynamic, files
 
 
+# --- a package's own C++/CUDA sources (DeepSpeed's ops: csrc/) -------------------------------------------------------
+
+#: the C++ statements that raise into Python with a message: torch's checks (c10::Error is a RuntimeError there) and
+#: thrown standard exceptions (pybind11 makes std::runtime_error a RuntimeError, std::invalid_argument a ValueError)
+CPP_RAISE = re.compile(r"\b(?P<macro>TORCH_CHECK|TORCH_INTERNAL_ASSERT|AT_ASSERTM|AT_ERROR|TORCH_WARN|"
+                       r"throw\s+std::(?P<exc>runtime_error|invalid_argument|logic_error|out_of_range))\s*\(")
+CPP_EXCEPTION = {"invalid_argument": "ValueError", "out_of_range": "IndexError", "TORCH_WARN": "UserWarning"}
+#: a C++ message is kept with this many literal characters: its checks are terse ("Size mismatch"), and a short one
+#: would name any line that holds its words
+MIN_CPP_LITERAL = 20
+
+
+def _cpp_arguments(text: str, start: int) -> tuple[list[str], int]:
+    """The top-level arguments of the call whose ``(`` is at ``text[start - 1]``, and the index after its ``)``
+    (strings, characters and nested brackets skipped); ([], start) when it does not close within 4,000 characters."""
+    args, depth, i, last = [], 0, start, start
+    end = min(len(text), start + 4000)
+    while i < end:
+        c = text[i]
+        if c in "\"'":
+            j = i + 1
+            while j < end and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            if depth == 0:
+                args.append(text[last:i])
+                return args, i + 1
+            depth -= 1
+        elif c == "," and depth == 0:
+            args.append(text[last:i])
+            last = i + 1
+        i += 1
+    return [], start
+
+
+def _cpp_parts(args: list[str]) -> list:
+    """The message of a C++ raise's arguments: each argument's string literals as text, anything else (a value, a
+    ``+``-joined std::string, a ``<<`` stream) a placeholder."""
+    parts: list = []
+    for arg in args:
+        pieces = re.split(r"(\"(?:[^\"\\\n]|\\.)*\")", arg)
+        for piece in pieces:
+            if piece.startswith("\"") and piece.endswith("\"") and len(piece) >= 2:
+                literal = piece[1:-1]
+                for esc, ch in C_ESCAPES.items():
+                    literal = literal.replace(esc, ch)
+                parts.append(literal)
+            elif piece.strip() and not re.fullmatch(r"[\s+<]*", piece):
+                parts.append(HOLE)
+    return parts
+
+
+def mine_cpp(root: Path, package: str, prefix: str = "") -> tuple[list[Template], int, int]:
+    """(templates, dynamic, files) of the messages a package's C++/CUDA sources under ``root`` raise into Python
+    (:data:`CPP_RAISE`: ``TORCH_CHECK(cond, "expected input to be on cuda")`` in DeepSpeed's
+    csrc/adam/multi_tensor_apply.cuh, ``throw std::runtime_error("...")``), each file named ``prefix`` + its path
+    (``ops/csrc/``, where the wheel installs the sources). A check's condition is no part of its message; its other
+    arguments are joined as c10::str joins them, literals as text and values as placeholders."""
+    found: list[Template] = []
+    dynamic = files = 0
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".cc", ".c", ".h", ".cu", ".cuh", ".cpp", ".hpp")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        files += 1
+        for m in CPP_RAISE.finditer(text):
+            args, _ = _cpp_arguments(text, m.end())
+            if not args:
+                continue
+            macro = m.group("macro")
+            if macro in ("TORCH_CHECK", "TORCH_INTERNAL_ASSERT", "AT_ASSERTM"):
+                args = args[1:]  # the condition
+            parts = normalise(_cpp_parts(args))
+            kind = "warn" if macro == "TORCH_WARN" else "raise"
+            exception = CPP_EXCEPTION.get(m.group("exc") or macro, "RuntimeError")
+            t = Template(package, kind, parts, prefix + path.relative_to(root).as_posix(),
+                         text.count("\n", 0, m.start()) + 1, exception=exception)
+            if t.literal_chars < MIN_CPP_LITERAL:
+                dynamic += 1
+                continue
+            found.append(t)
+    return found, dynamic, files
+
+
 # --- torch's C++ messages, read from its shared libraries ---------------------------------------------------------
 
 #: a run of printable ASCII in a compiled library: where a C string literal is
