@@ -1367,6 +1367,16 @@ def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
     assert _package("/home/user/DeepSpeed/deepspeed/runtime/engine.py") == ("deepspeed", "runtime/engine.py")
 
 
+def test_an_undefined_torch_symbol_without_its_library_path_is_an_extension_built_for_another_torch():
+    """The loader's "undefined symbol" pasted without the .so's path: a mangled symbol of torch's C++ API (c10::,
+    at::, torch::) means an extension compiled against another torch (ENV310); a C function of a CUDA library, or a
+    symbol of no torch namespace, is not said to be."""
+    findings, _ = explain("ImportError: undefined symbol: _ZN3c104cuda9SetDeviceEi\n")
+    assert findings[0].id == "ENV310" and findings[0].title == "a compiled extension was built for another torch"
+    assert explain("ImportError: undefined symbol: _ZNK2at10TensorBase8data_ptrIfEEPT_v\n")[0][0].id == "ENV310"
+    assert explain("ImportError: undefined symbol: cublasLtMatmul\n")[0][0].id != "ENV310"
+
+
 def test_a_failure_line_in_another_versions_spacing_is_named_approximately():
     """A message built by joining string literals lost or gained spaces between versions ("... as batch size.Please
     set" in one, "batch size. Please set" in the mined one): a failure line that holds it approximately is the

@@ -105,6 +105,9 @@ VERSION_MISMATCH = (
     r"AttributeError: module '(?P<attr_of>[\w.]{1,200})' has no attribute|"
     r"ImportError: (?P<so>(?![^\s]{0,400}/(?:deepspeed|torch_extensions)/)\S{1,400}\.so(?:\.\d{1,6}){0,4}): "
     r"undefined symbol|"
+    # the same without the library's path (a paste that kept only the message): a symbol of torch's C++ API
+    # (c10::, at::, torch::, mangled: _ZN3c10..., _ZNK2at..., _ZN5torch...) that the installed torch does not export
+    r"ImportError: undefined symbol: (?P<sym>_ZNK?(?:3c10|2at|5torch)\w{1,300})|"
     r"(?:ImportError|OSError): (?P<lib>lib[\w+-]{1,80}\.so(?:\.\d{1,6}){0,4}): cannot open shared object file)")
 #: a DeepSpeed op (prebuilt under site-packages/deepspeed/ops, or JIT-built into torch's extensions cache) compiled
 #: against another torch: the dynamic loader's "undefined symbol" when it is imported
@@ -266,6 +269,14 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
                 "print(torch.version.cuda)'`), or the CUDA runtime it names; `dsdoctor env` shows torch's CUDA, the "
                 "driver's and nvcc's.",
                 {"title": f"a shared library is missing ({lib[:60]}): a package built for another CUDA"})
+    if g.get("sym"):
+        return (evidence + " (a symbol of torch's C++ API: a compiled extension, its path not in the paste, was built "
+                           "against another torch)",
+                "Find the extension the traceback imported (flash-attn, xformers, bitsandbytes, apex, a DeepSpeed op) "
+                "and reinstall a build made for the installed torch and CUDA (flash-attn: `pip install "
+                "--force-reinstall --no-build-isolation flash-attn`, or a release whose wheel names this torch), or "
+                "install the torch version it was built for.",
+                {"title": "a compiled extension was built for another torch"})
     if g.get("so"):
         name = g["so"].rsplit("/", 1)[-1]
         return (evidence, "Reinstall the package that ships it, built for the installed torch and CUDA (flash-attn: "
