@@ -1367,6 +1367,21 @@ def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
     assert _package("/home/user/DeepSpeed/deepspeed/runtime/engine.py") == ("deepspeed", "runtime/engine.py")
 
 
+def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
+    """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
+    never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""
+    start = ("[INFO|trainer.py:1684] 2024-01-02 10:00:00,000 >> ***** Running training *****\n"
+             "[INFO|trainer.py:1690] 2024-01-02 10:00:00,001 >>   Total optimization steps = 500\n")
+    for bar in ("  0%|▍", "  0%|          | 0/500 [00:00<?, ?it/s]"):
+        findings, result = explain(start + bar + "\n")
+        assert findings[0].id == "LOG810" and findings[0].title == "the run stops at its first step (inconclusive)"
+        assert result["first_failure"]["signature"] == "ends-at-first-step" and "line 3" in findings[0].evidence
+    assert explain(start + " 40%|████      | 200/500 [01:00<01:30, 3.3it/s]\n")[0][0].id == "LOG800"
+    code = subprocess.run([sys.executable, "-m", "dsdoctor", "explain", "-"], input=start + "  0%|▍\n", text=True,
+                          capture_output=True).returncode
+    assert code == 1
+
+
 def test_an_undefined_torch_symbol_without_its_library_path_is_an_extension_built_for_another_torch():
     """The loader's "undefined symbol" pasted without the .so's path: a mangled symbol of torch's C++ API (c10::,
     at::, torch::) means an extension compiled against another torch (ENV310); a C function of a CUDA library, or a

@@ -363,6 +363,21 @@ def ends_in_launch(lines: list[Line]) -> Line | None:
     return tail[-1]
 
 
+#: tqdm's bar at its start (``  0%|          | 0/12884 [00:00<?, ?it/s]``, a paste cut inside it: ``  0%|▍``): no step
+#: (or evaluation batch) has finished
+PROGRESS_START = re.compile(r"(?:^|\r)\s{0,8}0%\|")
+
+
+def ends_at_first_step(lines: list[Line]) -> Line | None:
+    """The progress bar at 0% a log ends with (its last non-blank line), when the log shows no finish, or None: the
+    run (or its evaluation) never finished its first step there."""
+    tail = [ln for ln in lines[-12:] if ln.text.strip() and not ln.text.strip().startswith("```")]
+    if not tail or not PROGRESS_START.search(tail[-1].text) or finished(lines, []) or \
+            any(FINISHED.search(ln.text) for ln in tail):
+        return None
+    return tail[-1]
+
+
 def ends_in_first_collective(lines: list[Line]) -> Line | None:
     """The nccl-tests table header a log ends in, with no result row after it (only its units line or blank ones),
     or None: the benchmark's first collective never completed (nccl-tests prints a row per size as each finishes)."""
@@ -466,6 +481,18 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
                 fix="Give the log of each rank (`deepspeed --enable_each_rank_log DIR`, torchrun's --log-dir) and "
                     "what `dsdoctor hang` says of the stuck processes (py-spy stacks); `dsdoctor nccl` with the same "
                     "hosts and MASTER_ADDR checks the rendezvous and the collectives on their own.")], result
+        step = ends_at_first_step(lines) if finding.id in ("LOG800", "LOG811") else None
+        if step is not None:
+            result.update(first_failure={"rule": "LOG810", "signature": "ends-at-first-step", "line": step.number,
+                                         "rank": step.rank}, matches=[], origin=origin, finished=False)
+            return [LOG810.finding(
+                _quoted(f"{step.at}: the log ends in a progress bar at 0% ({step.text.strip()[:80]}) with no error "
+                        f"after it: the first step (or evaluation batch) never finished: a hang in the first forward, "
+                        f"backward or collective, a data loader that waits for data, or the paste stops there"),
+                title="the run stops at its first step (inconclusive)",
+                fix="While it hangs, `dsdoctor hang` names the stuck call of every rank (py-spy stacks: a collective, "
+                    "a data loader worker, a lock); NCCL_DEBUG=INFO shows whether the first collective started. "
+                    "Give the whole log of every rank if it died instead.")], result
         result.update(first_failure=None, matches=[], origin=origin)
         return [finding], result
     if first.signature.name == "stopped":
