@@ -1367,6 +1367,28 @@ def test_a_project_checkout_is_named_as_the_origin_and_a_users_script_is_not():
     assert _package("/home/user/DeepSpeed/deepspeed/runtime/engine.py") == ("deepspeed", "runtime/engine.py")
 
 
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_a_pydantic_block_a_terminal_wrapped_keeps_every_field_and_its_rule(width):
+    """pydantic 2's block wrapped at the terminal's width (the header's model name, each message's ``[type=int_`` /
+    ``from_float, input_value=...]`` and the 'For further information' links cut): every field is read with its
+    value, and the finding is the rule of its fields (DS137), as for the block unwrapped."""
+    block = ("pydantic_core._pydantic_core.ValidationError: 2 validation errors for DeepSpeedZeroConfig\n"
+             "stage3_prefetch_bucket_size\n"
+             "  Input should be a valid integer, got a number with a fractional part [type=int_from_float, "
+             "input_value=15099494.4, input_type=float]\n"
+             "    For further information visit https://errors.pydantic.dev/2.9/v/int_from_float\n"
+             "reduce_bucket_size\n"
+             "  Input should be a valid integer, got a number with a fractional part [type=int_from_float, "
+             "input_value=16777216.5, input_type=float]\n"
+             "    For further information visit https://errors.pydantic.dev/2.9/v/int_from_float\n")
+    wrapped = "\n".join(line[i:i + width] for line in block.splitlines() for i in range(0, max(len(line), 1), width))
+    assert wrapped.count("\n") > block.count("\n")  # the block was really cut
+    findings, _ = explain(wrapped + "\n")
+    assert findings[0].id == "DS137"
+    assert "stage3_prefetch_bucket_size = 15099494.4 (float)" in findings[0].evidence
+    assert "reduce_bucket_size = 16777216.5 (float)" in findings[0].evidence
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -62,7 +62,7 @@ def validation_errors(lines: list[Line], start: int) -> list[dict]:
     after = lines[start + 1:start + 1 + 4 * MAX_FIELDS]
     if rank is None and after and after[0].rank is not None:  # the header pasted without its rank prefix
         rank = after[0].rank
-    body = [ln.text for ln in after if ln.rank == rank]
+    body = _unwrapped(lines[start].text, [ln.text for ln in after if ln.rank == rank])
     out: list[dict] = []
     i = 0
     while i < len(body) and len(out) < MAX_FIELDS:
@@ -78,6 +78,34 @@ def validation_errors(lines: list[Line], start: int) -> list[dict]:
         out.append({"field": field[:120], "message": (message[:m.start()].strip() if m else message)[:200],
                     "type": kind, "value": value, "input_type": itype, "rule": _pydantic_rule(kind, field, value)})
         i += 2
+    return out
+
+
+#: a terminal or an issue's code block wraps at this many columns or more (80, 100, 120): a block whose longest lines
+#: all have one length of at least this was wrapped there
+MIN_WRAP_WIDTH = 60
+
+
+def _unwrapped(header: str, body: list[str]) -> list[str]:
+    """The lines of a pydantic block as pydantic printed them, where a terminal wrapped them at a width (the header's
+    ``... for DeepSpeedZe`` / ``roConfig``, a message's ``[type=int_`` / ``from_float, input_value=...]``): the width
+    is the length of the block's longest lines when two or more lines have it (at least :data:`MIN_WRAP_WIDTH`), and
+    each line that long has the next joined to it. The header's own continuation is dropped (the model's name)."""
+    texts = [header.rstrip("\n")] + body
+    width = max((len(t) for t in texts), default=0)
+    if width < MIN_WRAP_WIDTH or sum(len(t) >= width - 1 for t in texts) < 2:
+        return body
+    out: list[str] = []
+    full = False
+    for i, text in enumerate(texts):
+        if full and text and not text[:1].isspace():
+            if i > 1:
+                out[-1] += text
+            full = len(text) >= width - 1
+            continue
+        if i > 0:
+            out.append(text)
+        full = len(text) >= width - 1
     return out
 
 
