@@ -62,7 +62,15 @@ def validation_errors(lines: list[Line], start: int) -> list[dict]:
     after = lines[start + 1:start + 1 + 4 * MAX_FIELDS]
     if rank is None and after and after[0].rank is not None:  # the header pasted without its rank prefix
         rank = after[0].rank
-    body = _unwrapped(lines[start].text, [ln.text for ln in after if ln.rank == rank])
+    body = [ln.text for ln in after if ln.rank == rank]
+    as_printed = _fields(body)
+    unwrapped = _fields(_unwrapped(lines[start].text, body))  # or as a terminal wrapped it: the reading that finds
+    typed = [sum(bool(f["type"]) for f in fields) for fields in (as_printed, unwrapped)]  # more of pydantic's types
+    return unwrapped if (typed[1], len(unwrapped)) > (typed[0], len(as_printed)) else as_printed
+
+
+def _fields(body: list[str]) -> list[dict]:
+    """The fields of a pydantic block's lines after its header (see :func:`validation_errors`)."""
     out: list[dict] = []
     i = 0
     while i < len(body) and len(out) < MAX_FIELDS:
