@@ -68,6 +68,18 @@ PRE016 = rule(
     why="One process trains on one GPU: the others stay idle, and DeepSpeed runs with world size 1.",
     fix="Launch with `deepspeed --num_gpus N script.py ...` or `torchrun --nproc_per_node N script.py ...`.",
     source="torch.distributed: a world of one process unless a launcher starts more")
+PRE023 = rule(
+    "PRE023", "warning", "No launcher sets the ranks: DeepSpeed looks for MPI",
+    what="The run uses DeepSpeed and is started without a launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, "
+         "MASTER_ADDR and MASTER_PORT (plain `python script.py`, a notebook, a single-process `accelerate launch` "
+         "without its DeepSpeed plugin).",
+    why="deepspeed.init_distributed (called by deepspeed.initialize and by the Trainer's DeepSpeed setup) falls back "
+        "to MPI discovery when any of the five is missing: it imports mpi4py (`No module named 'mpi4py'`) and runs "
+        "`hostname -I` (which GNU inetutils' hostname refuses), so the run fails before the model loads.",
+    fix="Launch with `deepspeed --num_gpus N script.py`, `torchrun --nproc_per_node N script.py` or `accelerate launch "
+        "--use_deepspeed ...`; for one process without a launcher, set RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500.",
+    source="deepspeed/comm/comm.py init_distributed (required_env, auto_mpi_discovery) and mpi_discovery")
 PRE020 = rule(
     "PRE020", "info", "Time to train",
     what="Optimizer steps (samples x epochs / global batch, or max_steps) times the step time: measured by "

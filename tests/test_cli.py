@@ -24,7 +24,7 @@ ALL_IDS = ([f"TRN6{i:02d}" for i in range(14)] + [f"DATA7{i:02d}" for i in range
            + [f"ENV3{i:02d}" for i in range(37)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414", "NET415", "NET416"]
            + [f"LOG8{i:02d}" for i in range(13)] + [f"HANG9{i:02d}" for i in range(10)]
            + ["PRE001", "PRE002", "PRE010", "PRE011", "PRE012", "PRE013", "PRE014", "PRE015", "PRE016", "PRE017",
-              "PRE018", "PRE019", "PRE020", "PRE021", "PRE022"]
+              "PRE018", "PRE019", "PRE020", "PRE021", "PRE022", "PRE023"]
            + DS_IDS + HF_IDS)
 STABLE_KEYS = {"command", "dsdoctor_version", "findings", "result"}
 FINDING_KEYS = {"id", "severity", "title", "evidence", "fix", "source"}

@@ -1389,6 +1389,32 @@ def test_a_pydantic_block_a_terminal_wrapped_keeps_every_field_and_its_rule(widt
     assert "reduce_bucket_size = 16777216.5 (float)" in findings[0].evidence
 
 
+def test_a_failure_inside_deepspeeds_mpi_discovery_is_a_run_no_launcher_started():
+    """deepspeed.init_distributed without RANK/WORLD_SIZE/... falls back to MPI discovery: mpi4py missing there, or
+    GNU inetutils' hostname refusing -I, is PRE023 (no launcher), not a package to install; mpi4py missing elsewhere
+    stays LOG808, and DeepSpeed's own module missing from its install is LOG808 too (not another version)."""
+    frame = '  File "/opt/venv/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 677, in mpi_discovery\n'
+    findings, result = explain(f"Traceback (most recent call last):\n{frame}    from mpi4py import MPI\n"
+                               "ModuleNotFoundError: No module named 'mpi4py'\n")
+    assert findings[0].id == "PRE023" and "accelerate launch --use_deepspeed" in findings[0].fix
+    assert (result["origin"]["package"], result["origin"]["function"]) == ("deepspeed", "mpi_discovery")
+    findings, _ = explain(f"Traceback (most recent call last):\n{frame}    result = subprocess.check_output(cmd)\n"
+                          "subprocess.CalledProcessError: Command '['hostname', '-I']' returned non-zero exit status "
+                          "64.\n")
+    assert findings[0].id == "PRE023"
+    other = ('Traceback (most recent call last):\n  File "/home/user/train.py", line 3, in <module>\n'
+             "    from mpi4py import MPI\nModuleNotFoundError: No module named 'mpi4py'\n")
+    assert explain(other)[0][0].id == "LOG808"
+    own = ('Traceback (most recent call last):\n  File "/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/'
+           'engine.py", line 1835, in _configure_zero_optimizer\n    from deepspeed.runtime.newpart.stage3 import X\n'
+           "ModuleNotFoundError: No module named 'deepspeed.runtime.newpart'\n")
+    findings, _ = explain(own)
+    assert findings[0].id == "LOG808" and "install lacks its own module deepspeed.runtime.newpart" in \
+        findings[0].title
+    user = own.replace("/opt/venv/lib/python3.11/site-packages/deepspeed/runtime/engine.py", "/home/user/train.py")
+    assert explain(user)[0][0].id == "ENV310"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

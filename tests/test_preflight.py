@@ -159,6 +159,22 @@ def test_cuda_visible_devices_ignored_by_the_deepspeed_launcher(tmp_path):
     assert "--include localhost:2,3" in found["fix"] and "--deepspeed" not in found["evidence"]
 
 
+def test_plain_python_running_deepspeed_without_the_rank_variables_is_pre023(tmp_path):
+    """deepspeed.initialize under plain python, none of RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT set: DeepSpeed
+    falls back to MPI discovery (PRE023). The five on the line, or a launcher, silence it."""
+    (tmp_path / "t.py").write_text("import deepspeed, torch\nm = torch.nn.Linear(2, 2)\n"
+                                   "deepspeed.initialize(model=m, model_parameters=m.parameters(), config='ds.json')\n")
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1}')
+    _, report, _ = preflight("--", "python t.py", cwd=tmp_path)
+    found = [f for f in report["findings"] if f["id"] == "PRE023"]
+    assert len(found) == 1 and "no RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK" in found[0]["evidence"]
+    _, report, _ = preflight("--", "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 "
+                                   "python t.py", cwd=tmp_path)
+    assert "PRE023" not in [f["id"] for f in report["findings"]]
+    _, report, _ = preflight("--", "deepspeed --num_gpus 1 t.py", cwd=tmp_path)
+    assert "PRE023" not in [f["id"] for f in report["findings"]]
+
+
 @pytest.mark.parametrize("line,message", [
     ("deepspeed --num_gpus 4", "names no script"),
     ("deepspeed --num_gpus abc train.py", "invalid int value: 'abc'"),

@@ -616,7 +616,8 @@ def cpp_origin(text: str) -> dict | None:
 #: (refiner, rule) tried in turn on an unnamed Python error: another package's object lacking what the raising
 #: package expects is a version mismatch (ENV310); None from a load_checkpoint that found no checkpoint is the missing
 #: path (PRE014). A refiner returns (evidence, fix, title) or None.
-PYTHON_ERROR_REFINERS = ((imports.object_attribute, "ENV310"), (none_from_missing_checkpoint, "PRE014"))
+PYTHON_ERROR_REFINERS = ((imports.mpi_fallback, "PRE023"), (imports.object_attribute, "ENV310"),
+                         (none_from_missing_checkpoint, "PRE014"))
 
 
 def _raised_at(match: Match, lines: list[Line]) -> dict | None:

@@ -184,6 +184,9 @@ def missing_package(match, lines) -> tuple[str, str, dict]:
     evidence = _where(match) + _line(match)
     if g.get("module"):
         module = g["module"]
+        fallback = mpi_fallback(match, lines) if module == "mpi4py" else None
+        if fallback is not None:
+            return fallback[0], fallback[1], {"rule": "PRE023", "title": fallback[2]}
         stack = module in STACK
         return (evidence + f" (the Python that ran has no package {module})",
                 f"`{pip_install(module)}` " + _SAME_PYTHON.format(module=module) + "."
@@ -283,7 +286,8 @@ def version_mismatch(match, lines) -> tuple[str, str, dict]:
                           "`pip install --force-reinstall --no-build-isolation flash-attn`), or install the torch "
                           "version it was built for.",
                 {"title": f"a compiled extension ({name[:80]}) was built for another torch or CUDA"})
-    inside = _imported_from_itself(match, lines, g.get("from"), g.get("name"))
+    inside = _imported_from_itself(match, lines, g.get("from"), g.get("name")) or \
+        _own_module_missing(match, lines, g.get("sub") or g.get("bare"))
     if inside is not None:
         return inside
     shown = package or "a package"
@@ -342,6 +346,56 @@ def _imported_from_itself(match, lines, module: str | None, name: str | None) ->
             f"install --force-reinstall --no-build-isolation --no-cache-dir flash-attn` after a torch upgrade.",
             {"rule": "LOG808", "title": f"{module} failed to import part of itself: a dependency it imports is "
                                         f"missing or broken"})
+
+
+#: DeepSpeed's fallback when no launcher set the ranks (deepspeed/comm/comm.py, utils/distributed.py before 0.6:
+#: init_distributed -> mpi_discovery): its frame, or its notice before it
+MPI_DISCOVERY = re.compile(r"\bin mpi_discovery\b|attempting to detect MPI environment")
+
+
+def mpi_fallback(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) of PRE023 when the failure at ``match`` happened in DeepSpeed's MPI discovery (a frame
+    ``in mpi_discovery`` in the 40 lines above it, of its rank, or DeepSpeed's notice "Not using the DeepSpeed or dist
+    launchers, attempting to detect MPI environment..."): deepspeed.init_distributed found none of the variables a
+    launcher sets, so it imported mpi4py and ran ``hostname -I``; what failed there (mpi4py missing, GNU inetutils'
+    hostname refusing -I) is its consequence. None otherwise."""
+    above = [ln for ln in lines[max(0, match.line_index - 40):match.line_index + 1]
+             if ln.rank in (match.line.rank, None)]
+    if not any(MPI_DISCOVERY.search(ln.text) for ln in above):
+        return None
+    return (_where(match) + _line(match) + " (raised in DeepSpeed's MPI discovery: deepspeed.init_distributed found "
+                                           "no RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, so no "
+                                           "launcher started this process)",
+            "Launch with `deepspeed --num_gpus N script.py`, `torchrun --nproc_per_node N script.py` or `accelerate "
+            "launch --use_deepspeed ...` (accelerate without its DeepSpeed plugin starts one plain process); for one "
+            "process without a launcher set RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500. "
+            "(With mpi4py installed, a plain process runs as an MPI world of one: it starts no other rank.) Before "
+            "launch: `dsdoctor preflight \"python script.py ...\"` names it.",
+            "no launcher set the ranks: DeepSpeed fell back to MPI discovery")
+
+
+def _own_module_missing(match, lines, module: str | None) -> tuple[str, str, dict] | None:
+    """LOG808 for ``No module named 'P.x'`` raised by P's own code (the traceback's innermost frame is in package
+    P): P's install lacks a module of its own, which no version of another package explains (a new folder without
+    ``__init__.py`` that its packaging left out of the wheel; a partial upgrade over an older install; a source
+    checkout missing a file). None when the importer is another package's or the user's
+    (code written for another version of P: ENV310) or the log shows no frame."""
+    from .origin import frame_origin
+
+    if not module:
+        return None
+    top = module.split(".")[0]
+    stack = [line for line in lines[max(0, match.line_index - 60):match.line_index] if line.rank == match.line.rank]
+    frame = frame_origin(stack, before=len(stack))
+    if frame is None or frame.get("package") != top:
+        return None
+    return (_where(match) + _line(match) + f" ({top}'s own code, {frame['file']}, imports {module}, which its "
+                                           f"install does not have)",
+            f"Reinstall {top} cleanly (`pip uninstall -y {PIP_NAMES.get(top, top)}` until none is left, then `pip "
+            f"install --no-cache-dir {PIP_NAMES.get(top, top)}`); if a fresh install still lacks {module}, that "
+            f"release left it out of its package (a folder without __init__.py): use the release before or after "
+            f"it, or install from the source repository.",
+            {"rule": "LOG808", "title": f"{top}'s install lacks its own module {module}"})
 
 
 def _last_frame_path(lines) -> str | None:

@@ -80,6 +80,7 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     check_findings, check_result = sections.check_section(plan, gpu, model_name, rules, gpu_cc)
     estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules, gpu_cc, gpu_mem)
     line_findings += _two_micro_batches(plan, rules)
+    line_findings += _no_launcher(plan, rules)
     from dsdoctor.hardware import visible_gpus
 
     env_findings, env_result = sections.env_section(plan, model_name, method, rules,
@@ -189,6 +190,27 @@ def _two_micro_batches(plan, rules) -> list:
         return []  # the same value, or only the script's own default (the line gives none)
     return [rules.PRE022.finding(f"{where}: {micro}; {Path(plan.deepspeed).name} train_micro_batch_size_per_gpu: "
                                  f"{config}; the memory estimate uses {micro}")]
+
+
+#: what deepspeed.init_distributed needs from a launcher, else it looks for MPI (deepspeed/comm/comm.py required_env)
+RANK_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
+
+
+def _no_launcher(plan, rules) -> list:
+    """PRE023: plain ``python`` runs a script that uses DeepSpeed (a DeepSpeed config in the run, or
+    ``deepspeed.initialize`` in the script) without the five variables a launcher sets (:data:`RANK_ENV`, on the
+    line or in this shell): deepspeed.init_distributed falls back to MPI discovery (mpi4py, ``hostname -I``)."""
+    import os
+
+    if plan.launch.launcher != "python" or not (plan.deepspeed or plan.script is not None and
+                                                 plan.script.launch == "engine"):
+        return []
+    missing = [name for name in RANK_ENV if name not in plan.launch.env and name not in os.environ]
+    if not missing:
+        return []
+    what = f"DeepSpeed config {Path(plan.deepspeed).name}" if plan.deepspeed else "deepspeed.initialize in the script"
+    return [rules.PRE023.finding(f"`{' '.join(plan.launch.line[:3])}` with {what}, and no {', '.join(missing)}: "
+                                 f"deepspeed.init_distributed will import mpi4py and run `hostname -I`")]
 
 
 def _eta(plan, estimate_result: dict | None, samples: int | None, rules, sections,
