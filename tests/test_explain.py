@@ -1415,6 +1415,25 @@ def test_a_failure_inside_deepspeeds_mpi_discovery_is_a_run_no_launcher_started(
     assert explain(user)[0][0].id == "ENV310"
 
 
+def test_ranks_that_failed_entering_main_process_first_waited_out_the_main_processs_preprocessing():
+    """A traceback whose frame stopped at ``with training_args.main_process_first(...)`` (entering it is the other
+    ranks' barrier) is DATA707, its error cut from the paste or a timeout; one that lost the main process's
+    connection there is that rank's failure (LOG806); the same words quoted in the block's body, or printed outside
+    a traceback, are not read."""
+    head = ('Traceback (most recent call last):\n  File "run_clm.py", line 414, in main\n'
+            '    with training_args.main_process_first(desc="dataset map tokenization"):\n'
+            '  File "/usr/lib/python3.10/contextlib.py", line 135, in __enter__\n    return next(self.gen)\n')
+    findings, _ = explain(head + "RuntimeError: [Rank 1] Watchdog caught collective operation timeout: "
+                                 "WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 1800000 milliseconds before timing out.\n")
+    assert findings[0].id == "DATA707" and "ddp_timeout" in findings[0].fix
+    findings, _ = explain(head + "RuntimeError: Connection reset by peer\n")
+    assert findings[0].id == "LOG806"
+    body = head.replace('    with training_args.main_process_first(desc="dataset map tokenization"):',
+                        "    dataset = dataset.map(tokenize)")
+    assert explain(body + "ValueError: bad sample\n")[0][0].id != "DATA707"
+    assert explain('print: with args.main_process_first(desc="x"): done\n')[0][0].id != "DATA707"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -22,8 +22,8 @@ from .precision import overflow_line, skipped_step, stuck
 from .runtime import none_from_missing_checkpoint
 from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
 from .evidence import _int, _where
-from .signatures import (NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature, summary_rank,
-                         SURVIVABLE, _signal_of, _silence, candidates)
+from .signatures import (CODE_SIGNATURES, NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature,
+                         summary_rank, SURVIVABLE, _signal_of, _silence, candidates)
 
 #: the fp16 scaler's "no step applied" signature, found by :func:`precision.stuck` rather than by a needle
 STUCK_SIGNATURE = next(s for s in SIGNATURES if s.name == "loss-scale-stuck")
@@ -89,6 +89,11 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             ignoring[line.rank] = ignored_next.pop(line.rank, False)
             in_traceback[line.rank] = not ignoring[line.rank]
             continue
+        if quoted and "(" in text_line:  # a frame's source line: where it stopped (``with ...main_process_first(``)
+            for signature in CODE_SIGNATURES:
+                found = signature.pattern.search(text_line) if signature.needles_present(text_line) else None
+                if found is not None:
+                    add(signature, line, found, index)
         if len(text_line) < 6 or quoted:
             continue  # a traceback's source lines quote code (and errors); the exception line itself follows
         if not overflowed and ("OVERFLOW" in text_line or "verflow" in text_line):
@@ -106,7 +111,7 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             continue  # most lines of a log: one C-level search over every signature's needles
         known = False
         for signature in candidates(text_line) if needle else ():  # the signatures whose needles the line holds
-            found = signature.pattern.search(text_line)
+            found = signature.pattern.search(text_line) if not signature.code else None
             if found is None:
                 continue
             known = True

@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .evidence import _first_line, _where
-from .lines import Line
+from .lines import PYTHON_ERROR, Line
 
 if TYPE_CHECKING:
     from .signatures import Match
@@ -217,3 +217,31 @@ def none_from_missing_checkpoint(match: Match, lines: list[Line]) -> tuple[str, 
             f"global_stepN/ folder), or pass tag='global_stepN'; on a first run, check the result before using it "
             f"(`path, state = engine.load_checkpoint(...)`; path is None when nothing was loaded).",
             "the checkpoint to resume from does not exist")
+
+
+#: how a barrier ends when the rank it waits for died (not a timeout): the peer's connection gone
+PEER_GONE = re.compile(r"reset by peer|Connection closed|Broken pipe|remote process exited|peer closed", re.I)
+
+
+def _main_process_first(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    """DATA707 from a traceback whose frame is at ``with ...main_process_first(...)`` (transformers' and accelerate's
+    context manager: the other ranks wait in a barrier on entering while the main process runs the block, usually
+    the dataset's tokenization): the ranks failed while waiting there, so the main process's work outlasted the
+    collective timeout. When their error says the main process's connection went away instead, that rank died (its
+    own error is the cause: LOG806)."""
+    after = [ln.text for ln in lines[match.line_index + 1:match.line_index + 60] if ln.rank == match.line.rank]
+    ended = next((t.strip() for t in after if PYTHON_ERROR.match(t.strip())), "")
+    evidence = _where(match) + match.line.text.strip()[:160]
+    if ended and PEER_GONE.search(ended):
+        return (evidence + f" (the ranks waiting at main_process_first's barrier lost the main process: {ended[:160]})",
+                "The main process failed inside the `with main_process_first()` block (its own error, on rank 0, is "
+                "the cause): give its log.", {"rule": "LOG806", "title": "a rank failed while the others waited at "
+                                                                     "main_process_first's barrier"})
+    return (evidence + " (the ranks failed waiting in main_process_first's barrier while the main process ran the "
+                       "block, usually tokenizing the dataset" + (f": {ended[:160]}" if ended else ", their error "
+                                                                   "not in the paste") + ")",
+            "Tokenize once before the distributed run (datasets .map(...).save_to_disk, LLaMA-Factory's "
+            "tokenized_path), use more workers (preprocessing_num_workers), or raise the timeout (TrainingArguments "
+            "ddp_timeout, in seconds; accelerate's InitProcessGroupKwargs(timeout=...)). `dsdoctor data` measures the "
+            "tokenization time against the timeout before launch.", {})
+

@@ -26,7 +26,7 @@ from .lines import PROGRESS, PYTHON_ERROR, Line, clock
 from .network import (BRIDGE_IF, _bridges, _gloo_timeout, _nccl_connect, _nccl_error, _no_interface, _rendezvous,
                       _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
-                      _into_placeholders, _kernel_oom, _missing_shard, _native_assert)
+                      _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert)
 
 
 @dataclass
@@ -62,6 +62,7 @@ class Signature:
     spoils: bool = False  # the run's result is unusable even when the run finishes (NaN loss, empty weights)
     follows: tuple[str, ...] = ()
     caught_note: str = ""
+    code: bool = False  # matched on a traceback's quoted source lines only (where a frame stopped), not on output
 
     def needles_present(self, text: str) -> bool:
         return any(needle in text for needle in self.needles)
@@ -481,10 +482,10 @@ def _stopped(match: Match, lines: list[Line]) -> tuple[str, str]:
 # --- the catalogue of signatures ------------------------------------------------------------------------------------
 
 def _sig(name, rule_id, needles, pattern, describe=_first_line, caught_by="", consequence=False,
-         spoils=False, follows=(), caught_note="") -> Signature:
+         spoils=False, follows=(), caught_note="", code=False) -> Signature:
     needles = (needles,) if isinstance(needles, str) else tuple(needles)
     return Signature(name, rule_id, needles, re.compile(pattern), describe, caught_by, consequence, spoils,
-                     tuple(follows), caught_note)
+                     tuple(follows), caught_note, code)
 
 
 #: the signatures of an fp16 loss scale at its floor: a NaN in the same log is their consequence
@@ -795,6 +796,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"used a DP world size of (?P<saved>\d{1,6}) but the current world size is (?P<now>\d{1,6})|"
          r"No such file or directory: '(?P<shard>[^'\n]{0,400}?zero_pp_rank_\d{1,6}_mp_rank_\d{1,4}_optim_states\.pt)'",
          _missing_shard),
+    # a traceback's frame stopped at `with ...main_process_first(...)`: entering it is the other ranks' barrier while
+    # the main process runs the block (a traceback shows the line a frame executes: in the block's body, another line)
+    _sig("main-process-first-barrier", "DATA707", "main_process_first(",
+         r"^\s{0,12}with [\w.]{0,120}main_process_first\(", _main_process_first, "dsdoctor data FILE --model MODEL",
+         code=True),
     _sig("remote-code-race", "ENV332", "transformers_modules",
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),
@@ -853,6 +859,8 @@ def trie_pattern(words) -> str:
 
 
 NEEDLES = re.compile(trie_pattern({n for s in SIGNATURES for n in s.needles}))
+#: the signatures read on a traceback's quoted source lines (:attr:`Signature.code`)
+CODE_SIGNATURES = tuple(s for s in SIGNATURES if s.code)
 #: The same needles found at every position (a lookahead: overlapping occurrences too), so that ``findall`` names
 #: every needle a line holds; and, for each needle, the indices in :data:`SIGNATURES` of the signatures that have it:
 #: a line is tried against those signatures only (a frequent needle, DeepSpeed's ``skipped=`` on every step line,
