@@ -1434,6 +1434,36 @@ def test_ranks_that_failed_entering_main_process_first_waited_out_the_main_proce
     assert explain('print: with args.main_process_first(desc="x"): done\n')[0][0].id != "DATA707"
 
 
+def test_the_deepspeed_launcher_finding_no_address_for_the_first_node_is_an_empty_master_addr():
+    """runner.py's "Using IP address of {} for node {}" with nothing between (``hostname -I`` printed nothing on the
+    first node), or the command it runs with ``--master_addr=`` empty: NET405, DeepSpeed's launcher as origin."""
+    line = ("[2024-01-02 10:00:00,000] [INFO] [runner.py:417:main] Using IP address of  for node node-0.cluster\n"
+            "[2024-01-02 10:00:00,001] [INFO] [runner.py:508:main] cmd = pdsh -w node-0,node-1 ...\n")
+    findings, result = explain(line)
+    assert findings[0].id == "NET405" and "--master_addr" in findings[0].fix and "node-0.cluster" in findings[0].fix
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("deepspeed", "launcher/runner.py")
+    assert explain(line.replace("of  for", "of 10.0.0.1 for"))[0][0].id != "NET405"
+
+
+def test_an_nccl_result_code_in_torchs_error_is_nccls():
+    """torch's "NCCL error in: ProcessGroupNCCL.cpp:N, unhandled cuda error": the result code is NCCL's; the origin
+    is NCCL, at the file its WARN line names where the log has one."""
+    error = "RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled cuda error\n"
+    _, result = explain(error)
+    assert result["origin"]["package"] == "nccl"
+    _, result = explain("host:1:2 [0] include/shm.h:48 NCCL WARN Call to posix_fallocate failed : No space left\n"
+                        + error)
+    assert (result["origin"]["package"], result["origin"]["file"]) == ("nccl", "include/shm.h")
+
+
+def test_a_models_remote_code_is_named_by_the_package_transformers_imports_it_as():
+    _, result = explain('Traceback (most recent call last):\n  File "/root/.cache/huggingface/modules/'
+                        'transformers_modules/SomeModel-8B/configuration_some.py", line 51, in __init__\n'
+                        "    if llm_config['architectures'][0] == 'LlamaForCausalLM':\nKeyError: 'architectures'\n")
+    assert (result["origin"]["package"], result["origin"]["file"]) == \
+        ("transformers_modules", "SomeModel-8B/configuration_some.py")
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

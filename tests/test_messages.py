@@ -72,6 +72,35 @@ def test_cpp_checks_become_templates_without_their_condition(tmp_path):
     assert dynamic == 1 and files == 1
 
 
+def test_the_commands_a_package_runs_become_templates(tmp_path):
+    """A subprocess call's command (a list joined by spaces, an f-string, a name assigned before it, shlex.split of
+    a string built with +=) is a ``command`` template: what ``Command '...' returned non-zero exit status N`` names."""
+    (tmp_path / "runner.py").write_text(textwrap.dedent('''
+        import shlex, subprocess
+        def main(host, port):
+            hostname_cmd = [f"ssh {host} hostname -I"]
+            subprocess.check_output(hostname_cmd)
+            cmd = "ssh -p " + str(port)
+            cmd += f" {host} nvidia-smi -L"
+            subprocess.run(shlex.split(cmd))
+            subprocess.check_call(["ninja", "-v", *flags])
+            subprocess.run(x)
+    '''))
+    found, _, _ = mine_python(tmp_path, "pkg")
+    assert [(t.kind, t.parts) for t in found if t.kind == "command"] == [
+        ("command", ["ssh ", HOLE, " hostname -I"]), ("command", ["ssh -p ", HOLE, " ", HOLE, " nvidia-smi -L"]),
+        ("command", ["ninja -v ", HOLE])]  # subprocess.run(x): nothing known of x
+
+
+def test_a_failed_command_is_named_by_the_package_that_runs_it():
+    found = catalogue.lookup("subprocess.CalledProcessError: Command '['ssh worker-1 hostname -I']' returned non-zero "
+                             "exit status 255.")
+    assert found.whole and found.entry.kind == "command"
+    assert (found.entry.package, found.entry.file) == ("deepspeed", "launcher/runner.py")
+    assert "ran this command" in found.entry.origin()
+    assert catalogue.command_lookup("Command '['my-own-tool', '--x']' returned non-zero exit status 1.") is None
+
+
 def test_deepspeeds_cpp_ops_messages_are_in_its_catalogue_for_every_version_mined():
     found = catalogue.lookup("RuntimeError: expected input to be on cuda")
     assert found.whole and found.entry.package == "deepspeed"

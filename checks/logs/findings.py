@@ -539,8 +539,8 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
                 origin = extra.get("origin") or failure_origin(lines, match.line_index, match.line.rank) or \
                     frame_origin(lines) or cpp_origin(match.line.text)
-            elif origin is None:  # a rule names it: whose code raised it, where the log says so
-                origin = _raised_at(match, lines) or extra.get("origin")
+            elif origin is None:  # a rule names it: whose code it is, as its describer knows it (NCCL's result
+                origin = extra.get("origin") or _raised_at(match, lines)  # code in torch's error), or as the log says
         if match is first and origin is not None:
             result["origin"] = origin
         if target.id in reported:

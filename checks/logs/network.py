@@ -278,11 +278,32 @@ def _nccl_error(match: Match, lines: list[Line]) -> tuple:
     failed = next((ln for ln in lines[:match.line_index + 1] if " -> " in ln.text and NCCL_BOOTSTRAP_ERROR.search(
         ln.text)), None)
     named = any("NCCL_SOCKET_IFNAME" in ln.text for ln in lines[:20000])
-    if chosen is None or failed is None or named:
-        return _first_line(match, lines)
+    if chosen is None or failed is None or named:  # NCCL's result code ("unhandled cuda error": ncclUnhandledCudaError)
+        from .origin import nccl_origin  # is NCCL's; its WARN line, where the log has one, says from which file
+
+        origin = nccl_origin(lines[:match.line_index + 1]) or {"package": "nccl", "file": None, "function": None,
+                                                               "line": None, "code": "", "from": "mention"}
+        return (*_first_line(match, lines), {"origin": origin})
     ifname = chosen.group("ifname")
     return (_where(match) + match.line.text.strip()[:200] + f" (NCCL's bootstrap used {ifname} ({chosen.group('addr')}"
             f"), the interface it chose itself, and failed there: {failed.at}: {failed.text.strip()[:120]})",
             f"Set NCCL_SOCKET_IFNAME to the interface that reaches MASTER_ADDR from every node (the one `ip route get "
             f"MASTER_ADDR` names; not {ifname}), for every rank; `dsdoctor env` on each node names it.",
             {"rule": "NET411", "title": "NCCL bootstrapped over an interface the other nodes cannot reach"})
+
+
+def _empty_master_addr(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
+    """NET405 from DeepSpeed's launcher (launcher/runner.py) printing an empty master address: it asks the first
+    node of the hostfile for its address (``ssh NODE hostname -I``, the first word of the answer) and got nothing (a
+    container without that hostname, an interface with no IPv4 address), so every node is started with
+    ``--master_addr=`` and no rank can rendezvous."""
+    node = match.groups.groupdict().get("node")
+    return (_where(match) + match.line.text.strip()[:240] + " (DeepSpeed's launcher found no IP address for the "
+            f"first node{' ' + node if node else ''}: `hostname -I` printed nothing there, so every node gets an "
+            "empty --master_addr)",
+            "Give the address yourself: `deepspeed --hostfile H --master_addr <first node's IP> ...`; check what "
+            f"`ssh {node or 'NODE'} hostname -I` prints (some containers' hostname has no -I, or lists no address).",
+            {"title": "the deepspeed launcher found no address for the first node: MASTER_ADDR is empty",
+             "origin": {"package": "deepspeed", "file": "launcher/runner.py", "function": "main", "line": None,
+                        "code": "", "from": "mention"}})
+

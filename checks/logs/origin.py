@@ -44,6 +44,8 @@ def _package(path: str) -> tuple[str | None, str]:
     found = SITE.search(path)
     if found:
         return found.group("pkg"), found.group("file")
+    if "transformers_modules/" in path:  # a model's remote code (trust_remote_code), which transformers imports
+        return "transformers_modules", path.split("transformers_modules/", 1)[1]  # as this package (HF_MODULES_CACHE)
     parts = path.split("/")
     chain = len(parts) - 1  # a source checkout (pip install -e): the outermost known package of the trailing chain of
     while chain > 0 and PACKAGE_DIR.match(parts[chain - 1]):  # import-name folders (openrlhf/utils/deepspeed/

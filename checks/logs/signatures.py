@@ -23,7 +23,7 @@ from .validation import describe as _validation
 from .context import RunContext, localize, run_context
 from .evidence import _first_line, _int, _shown_number, _where
 from .lines import PROGRESS, PYTHON_ERROR, Line, clock
-from .network import (BRIDGE_IF, _bridges, _gloo_timeout, _nccl_connect, _nccl_error, _no_interface, _rendezvous,
+from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _nccl_connect, _nccl_error, _no_interface, _rendezvous,
                       _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
                       _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert)
@@ -517,6 +517,10 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?:Error|error|failed to listen)\b[^\n]{0,500}?(?:failed to bind to \[?[^\]\n]{0,200}\]?:(?P<port>\d{1,5}) "
          r"\(errno: 13|port: (?P<port2>\d{1,5}),[^\n]{0,300}?name: EACCES)",
          _first_line, "dsdoctor env"),
+    # DeepSpeed's launcher with an empty address for the first node (runner.py "Using IP address of {} for node {}";
+    # the command it then runs on every node: "--master_addr= ")
+    _sig("empty-master-addr", "NET405", ("Using IP address of ", "--master_addr= "),
+         r"Using IP address of\s{2,}for node (?P<node>\S{1,200})|--master_addr=\s", _empty_master_addr),
     _sig("name-unresolved", "NET405", ("Name or service not known", "failure in name resolution"),
          r"(?:DistNetworkError|gaierror|c10d|TCPStore|rendezvous|MASTER_ADDR|init_process_group)[^\n]{0,500}?"
          r"(?:Name or service not known|failure in name resolution)", _first_line, "dsdoctor env"),

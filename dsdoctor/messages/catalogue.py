@@ -86,7 +86,8 @@ class Entry:
         """One line: 'DeepSpeed raised this (AssertionError) in runtime/zero/stage3.py (_partition_param), 0.12-0.19'."""
         verb = {"raise": f"raised this ({self.exception})" if self.exception else "raised this",
                 "assert": "asserted this", "log": "logged this", "warn": "warned this", "print": "printed this",
-                "nccl-warn": "warned this (WARN)", "nccl-info": "printed this (INFO)"}.get(self.kind, "printed this")
+                "nccl-warn": "warned this (WARN)", "nccl-info": "printed this (INFO)",
+                "command": "ran this command"}.get(self.kind, "printed this")
         where = f"{self.file}" + (f" ({self.function})" if self.function else "")
         return f"{NAMES.get(self.package, self.package)} {verb} in {where}, {self.version_span()}"
 
@@ -157,7 +158,7 @@ def entries() -> tuple[Entry, ...]:
         for t in data["templates"]:
             out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
                              t.get("function", ""), tuple(t["versions"]), versions))
-    return tuple(e for e in out if len(e.anchor) >= MIN_ANCHOR and not _generic(e))
+    return tuple(e for e in out if e.kind == "command" or len(e.anchor) >= MIN_ANCHOR and not _generic(e))
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,11 +208,54 @@ KEY = 6
 def _index() -> dict[str, list[Entry]]:
     index: dict[str, list[Entry]] = {}
     for e in entries():
-        index.setdefault(e.anchor[:KEY], []).append(e)
+        if e.kind != "command":  # a command is looked up only as a failed command (:func:`command_lookup`)
+            index.setdefault(e.anchor[:KEY], []).append(e)
     return index
 
 
+#: Python's report of a command that failed (subprocess.CalledProcessError's str): the command as repr'd
+FAILED_COMMAND = re.compile(r"Command '(?P<cmd>.{1,2000}?)' returned non-zero exit status (?P<code>-?\d{1,4})")
+
+
+def command_lookup(text: str) -> Found | None:
+    """The mined command (kind ``command``: the first argument of a package's subprocess call, ``ssh {} hostname
+    -I`` in DeepSpeed's launcher/runner.py) that a failed command's line names (``Command '['ssh node1 hostname
+    -I']' returned non-zero exit status 255``: a list's elements joined by spaces), matched whole (its placeholders
+    any text); of several, the one with the most literal text. None when the line names no failed command or no
+    package runs it."""
+    import ast
+
+    found = FAILED_COMMAND.search(text)
+    if found is None:
+        return None
+    command = found.group("cmd")
+    if command.startswith(("[", "(")):
+        try:
+            value = ast.literal_eval(command)
+            command = " ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else command
+        except (ValueError, SyntaxError):
+            pass
+    command = SPACES.sub(" ", command).strip()
+    best: Found | None = None
+    for e in entries():
+        if e.kind == "command" and e.regex.fullmatch(command):
+            literal = sum(len(p) for p in e.parts if p is not None)
+            if best is None or literal > best.literal:
+                best = Found(e, True, literal)
+    return best
+
+
 def lookup(text: str, prefer: str | None = None) -> Found | None:
+    """See :func:`_lookup`; a failed command's line (:data:`FAILED_COMMAND`) is first looked up among the mined
+    commands (:func:`command_lookup`)."""
+    if "returned non-zero exit status" in text:
+        found = command_lookup(text)
+        if found is not None:
+            return found
+    return _lookup(text, prefer)
+
+
+def _lookup(text: str, prefer: str | None = None) -> Found | None:
     """The catalogue's template that ``text`` (one log line, or wrapped lines joined) holds, or None (see the module
     docstring). Of templates that match as well, one of package ``prefer`` (the package whose frame raised it: a
     message ms-swift copied from transformers' Trainer is transformers' in a traceback that ends there)."""

@@ -132,6 +132,26 @@ def message_parts(node: ast.AST | None) -> list:
     return [HOLE]
 
 
+#: a command is kept with this many literal characters (``ssh {} hostname -I``; ``nvcc --version``)
+MIN_COMMAND = 8
+#: the calls that run a command (subprocess's, os's): their first argument is the command a failure names
+#: (``subprocess.CalledProcessError: Command '['ssh', 'node1', 'hostname -I']' returned non-zero exit status 255``)
+COMMAND_CALLS = {"check_output", "check_call", "run", "Popen", "call", "getoutput", "getstatusoutput", "system"}
+
+
+def command_parts(node: ast.AST | None) -> list:
+    """The literal parts and placeholders of a command: a string (f-string, ``%``, ``.format``), or a list or tuple
+    of them joined by spaces as the shell would show it; a starred or computed element is a placeholder."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        out: list = []
+        for i, element in enumerate(node.elts):
+            if i:
+                out.append(" ")
+            out.extend(HOLE if isinstance(element, ast.Starred) else p for p in message_parts(element))
+        return out
+    return message_parts(node)
+
+
 def _name(node: ast.AST) -> str:
     if isinstance(node, ast.Name):
         return node.id
@@ -153,6 +173,7 @@ class _Visitor(ast.NodeVisitor):
         self.found: list[Template] = []
         self.dynamic = 0
         self.strings: list[dict[str, list]] = [{}]  # per scope: name -> parts of the string last assigned to it
+        self.commands: list[dict[str, list]] = [{}]  # per scope: name -> parts of the list or string assigned
         self.classes: dict[str, int] = {}  # class name -> line of its definition
 
     def _resolved(self, message: ast.AST | None) -> ast.AST | list | None:
@@ -169,12 +190,35 @@ class _Visitor(ast.NodeVisitor):
                 self.strings[-1][node.targets[0].id] = parts
             else:
                 self.strings[-1].pop(node.targets[0].id, None)
+            command = self._command_of(node.value)
+            if any(p is not HOLE and p.strip() for p in command):
+                self.commands[-1][node.targets[0].id] = command
+            else:
+                self.commands[-1].pop(node.targets[0].id, None)
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         if isinstance(node.target, ast.Name) and isinstance(node.op, ast.Add) and node.target.id in self.strings[-1]:
             self.strings[-1][node.target.id] = self.strings[-1][node.target.id] + message_parts(node.value)
+        if isinstance(node.target, ast.Name) and isinstance(node.op, ast.Add) and node.target.id in self.commands[-1]:
+            self.commands[-1][node.target.id] = self.commands[-1][node.target.id] + command_parts(node.value)
         self.generic_visit(node)
+
+    def _command_of(self, node: ast.AST | None) -> list:
+        """The parts of a command expression (:func:`command_parts`), a name resolved to the list or string last
+        assigned to it in scope (``+=`` appends to a string), ``shlex.split(x)`` to ``x``'s."""
+        if isinstance(node, ast.Call) and _name(node.func) == "split" and node.args and \
+                isinstance(node.func, ast.Attribute) and _name(node.func.value) == "shlex":
+            return self._command_of(node.args[0])
+        if isinstance(node, ast.Name):
+            for scope in reversed(self.commands):
+                if node.id in scope:
+                    return scope[node.id]
+            for scope in reversed(self.strings):
+                if node.id in scope:
+                    return scope[node.id]
+            return [HOLE]
+        return command_parts(node)
 
     def _keep(self, kind: str, node: ast.AST, message: ast.AST | None, exception: str = "") -> None:
         message = self._resolved(message)
@@ -189,7 +233,9 @@ class _Visitor(ast.NodeVisitor):
     def _scoped(self, node) -> None:
         self.scope.append(node.name)
         self.strings.append({})
+        self.commands.append({})
         self.generic_visit(node)
+        self.commands.pop()
         self.strings.pop()
         self.scope.pop()
 
@@ -223,6 +269,12 @@ class _Visitor(ast.NodeVisitor):
                 isinstance(func.value, ast.Name) and ERROR_LIST.search(func.value.id):
             # a message collected to be raised together (torch's load_state_dict: error_msgs.append(...))
             self._keep("raise", node, node.args[0])
+        elif _name(func) in COMMAND_CALLS and node.args and (not isinstance(func, ast.Attribute) or
+                                                             _name(func.value) in ("subprocess", "os", "sp")):
+            parts = normalise(self._command_of(node.args[0]))
+            if sum(len(p.strip()) for p in parts if p is not HOLE) >= MIN_COMMAND:
+                self.found.append(Template(self.package, "command", parts, self.file, node.lineno,
+                                           ".".join(self.scope)))
         elif isinstance(func, ast.Name) and func.id == "print" and node.args:
             message = self._resolved(node.args[0])
             parts = normalise(message if isinstance(message, list) else message_parts(message))
