@@ -28,9 +28,10 @@ findings). Everything public is re-exported here; a limit
 
 from __future__ import annotations
 
-from .findings import (BUILD_DONE, BUILD_ROOT, BUILD_SIGNATURE, BUILD_STEP, C10D_WARNING, CASCADE, CONTINUES, ERRORISH,
-                       FINISHED, MAX_MATCHES, MAX_PER_SIGNATURE, PYTHON_VERSION, SURVIVAL_LINES, TRACEBACK_HEADER,
-                       build_in_flight, explain, explained, failures, finished, pitfall_findings, scan, survived)
+from .ends import (BUILD_DONE, BUILD_ROOT, BUILD_SIGNATURE, BUILD_STEP, FINISHED, PYTHON_VERSION, TRACEBACK_HEADER,
+                   build_in_flight, finished)
+from .findings import (C10D_WARNING, CASCADE, CONTINUES, ERRORISH, MAX_MATCHES, MAX_PER_SIGNATURE, SURVIVAL_LINES,
+                       explain, explained, failures, pitfall_findings, scan, survived)
 from .lines import (ANSI, CLOCK, EXCEPTION_NAME, HOST_FOLLOWER, LINE_CHARS, PREFIX, PROGRESS, PYTHON_ERROR, Line, clock,
                     merge, read_lines)
 from .context import DS_SETTING, RunContext, localize, run_context
@@ -38,9 +39,9 @@ from .rules import LOG800, LOG801, LOG802, LOG803, LOG804, LOG805, LOG806, LOG80
 from .toolchain import ARCH_LIST, COMPILER_ERROR
 from .evidence import MAX_WORLD
 from .network import NCCL_USING, STORE_RETRY, WORLD_SIZE
-from .signatures import (GIB, LAUNCHER, NEEDLES, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL,
-                         OOM_TRIED, PYTHON_ERROR_SIGNATURE, SIGNAL_HOW, SIGNAL_NAMES, SIGNATURES, SIZE, Match,
-                         Signature)
+from .launch import LAUNCHER, SIGNAL_HOW, SIGNAL_NAMES
+from .memory import GIB, OOM_ALLOCATED, OOM_FREE, OOM_GPU, OOM_RESERVED, OOM_TOTAL, OOM_TRIED, SIZE
+from .signatures import NEEDLES, PYTHON_ERROR_SIGNATURE, SIGNATURES, Match, Signature
 
 __all__ = [
     "LOG800", "LOG801", "LOG802", "LOG803", "LOG804", "LOG805", "LOG806", "LOG807", "LOG808", "LOG809", "LOG810", "LOG811", "LOG812",

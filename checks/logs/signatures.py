@@ -2,7 +2,8 @@
 regular expression), the rule it is reported under, and its describer, which turns the match and the whole log into
 (evidence, fix): the values seen (sizes of a CUDA out-of-memory, the batch triple, the ranks that timed out and the
 suspects, the interface NCCL chose, the signal that stopped the run and what the ranks were doing). Also the generic
-Python error (LOG805) and the numbers of a log, never trusted with memory (:func:`_int`).
+Python error (LOG805). The describers live by concern: :mod:`.memory`, :mod:`.launch`, :mod:`.network`,
+:mod:`.runtime`, :mod:`.imports`, :mod:`.precision`, :mod:`.toolchain`, :mod:`.validation`.
 
 Every pattern is bounded (no unbounded repetition that can backtrack over a long run of digits, dots or letters: a
 lookbehind anchors a leading number, gaps are ``.{0,N}``).
@@ -10,7 +11,6 @@ lookbehind anchors a leading number, gaps are ``.{0,N}``).
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -20,11 +20,13 @@ from dsdoctor.checks.network import BRIDGE_PREFIXES
 from . import imports, precision
 from .toolchain import arch as _arch, build as _build
 from .validation import describe as _validation
-from .context import RunContext, localize, run_context
+from .context import RunContext
 from .evidence import _first_line, _int, _shown_number, _where
-from .lines import PROGRESS, PYTHON_ERROR, Line, clock
-from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _nccl_connect, _nccl_error, _no_interface, _rendezvous,
-                      _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
+from .lines import PYTHON_ERROR, Line
+from .launch import _argparse, _option_as_command, _rank_exit, _stopped
+from .memory import _oom, _signal
+from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _nccl_connect, _nccl_error,
+                      _no_interface, _rendezvous, _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
                       _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert)
 
@@ -69,124 +71,6 @@ class Signature:
 
 
 # --- what each signature says ---------------------------------------------------------------------------------------
-
-#: a size as torch prints it ("2.00 GiB", "512 MiB"); the number is bounded and starts at a number's start
-SIZE = r"(?<![\d.])\d{1,9}(?:\.\d{1,6})? [KMGT]i?B"
-OOM_TRIED = re.compile(rf"Tried to allocate ({SIZE})")
-OOM_TOTAL = re.compile(rf"total capacity of ({SIZE})")
-OOM_FREE = re.compile(rf"({SIZE}) (?:is )?free")
-OOM_ALLOCATED = re.compile(rf"({SIZE}) is allocated by PyTorch|({SIZE}) already allocated")
-OOM_RESERVED = re.compile(rf"({SIZE}) is reserved by PyTorch but unallocated|({SIZE}) reserved in total by PyTorch")
-OOM_GPU = re.compile(r"\bGPU (\d{1,4})(?!\d)")
-GIB = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s{0,4}([KMGT])i?B")
-
-
-def _gib(text: str) -> float | None:
-    """``text``'s leading size ('2.00 GiB') in GiB (2^30 bytes), or None."""
-    number = GIB.match(text)
-    if not number:
-        return None
-    scale = {"K": 2 ** -20, "M": 2 ** -10, "G": 1, "T": 2 ** 10}[number.group(2)]
-    return float(number.group(1)) * scale
-
-
-def _gib_text(value: float) -> str:
-    """A size in GiB for a command line: at most two decimals, cut (not rounded up), no trailing zeros."""
-    cut = math.floor(value * 100 + 1e-9) / 100
-    return f"{cut:.2f}".rstrip("0").rstrip(".")
-
-
-def _oom(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """A CUDA out-of-memory (torch's ``c10/cuda/CUDACachingAllocator.cpp`` message: the request, the card's total
-    capacity, free, allocated and reserved memory): its numbers, and the ``dsdoctor estimate`` line of this run,
-    made of what the log printed (:func:`context.run_context`: the config file, DeepSpeed's stage, offload, micro
-    batch, accumulation and precision, the ranks per node and nodes, the model and sequence length) and the card's
-    memory as CUDA reported it, cut to two decimals (never rounded up: an estimate for a larger card than the run
-    had would call a setup that did not fit a fit)."""
-    text = match.line.text
-    parts = []
-    tried = OOM_TRIED.search(text)
-    total = OOM_TOTAL.search(text)
-    free = OOM_FREE.search(text)
-    allocated = OOM_ALLOCATED.search(text)
-    reserved = OOM_RESERVED.search(text)
-    gpu = OOM_GPU.search(text)
-    if tried:
-        parts.append(f"tried to allocate {tried.group(1)}")
-    if total:
-        parts.append(f"GPU {gpu.group(1) if gpu else '?'} total {total.group(1)}")
-    if free:
-        parts.append(f"free {free.group(1)}")
-    if allocated:
-        parts.append(f"allocated by PyTorch {allocated.group(1) or allocated.group(2)}")
-    if reserved:
-        parts.append(f"reserved {'but unallocated' if reserved.group(1) else 'in total'} "
-                     f"{reserved.group(1) or reserved.group(2)}")
-    where = _where(match)
-    ctx = match.context or run_context(lines)
-    settings = ctx.settings
-    args = ["dsdoctor estimate --model MODEL"]
-    if ctx.config:
-        args.append(f"--deepspeed {ctx.config}")
-    if "zero" in settings and settings["zero"] in ("0", "1", "2", "3"):
-        args.append(f"--zero {settings['zero']}")
-    for key, option in (("offload_optimizer", "--offload-optimizer"), ("offload_param", "--offload-param")):
-        if settings.get(key) in ("cpu", "nvme"):
-            args.append(f"{option} {settings[key]}")
-    for key, option in (("micro_batch", "--micro-batch"), ("grad_acc", "--grad-accum")):
-        if _int(settings.get(key), 6):
-            args.append(f"{option} {_int(settings[key], 6)}")
-    if settings.get("bf16", "").lower() == "true":
-        args.append("--precision bf16")
-    elif settings.get("fp16", "").lower() == "true":
-        args.append("--precision fp16")
-    if ctx.launch == "trainer":
-        args.append("--launch trainer")
-    if ctx.grad_ckpt is False:
-        args.append("--no-grad-ckpt")
-    ckpt_note = (" The log does not say whether gradient checkpointing was on: estimate assumes it is; the Trainer's "
-                 "default is off (add --no-grad-ckpt unless your run enabled it)."
-                 if ctx.grad_ckpt is None and ctx.launch == "trainer" else "")
-    nodes = ctx.nodes or 1
-    per_node = ctx.per_node or (ctx.world_size // nodes if ctx.world_size and ctx.world_size % nodes == 0 else None)
-    if per_node and per_node <= 1024:
-        args.append(f"--gpus {per_node}" + (f" --nodes {nodes}" if nodes > 1 else ""))
-    args.append("--seq-len SEQ_LEN")
-    capacity = _gib(total.group(1)) if total else None
-    if capacity and capacity >= 0.01:  # as printed, never rounded up: 23.65 GiB is not a 24 GiB card
-        args.append(f"--gpu-mem {_gib_text(capacity)}")
-    command = localize(f"`{' '.join(args)}`", ctx)
-    fragmented = ""
-    if reserved and reserved.group(1) and _gib(reserved.group(1)) and tried and _gib(tried.group(1)) and \
-            _gib(reserved.group(1)) >= _gib(tried.group(1)):
-        fragmented = " The reserved-but-unallocated memory exceeds the request: fragmentation; " \
-                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True may be enough."
-    return (where + "CUDA out of memory: " + (", ".join(parts) or text.strip()[:200]),
-            f"Run {command} ({_printed(ctx, capacity, command)}) to see the peak and what to "
-            f"change: gradient checkpointing, a higher ZeRO stage, offload, a smaller micro batch with more "
-            f"gradient accumulation, shorter sequences.{ckpt_note}{fragmented}")
-
-
-def _printed(ctx, capacity: float | None, command: str) -> str:
-    """Which values of the suggested ``command`` came from the log, and which placeholders are left, in words."""
-    shown = []
-    if ctx.model and " MODEL " not in command:
-        shown.append(f"the model {ctx.model}")
-    if ctx.config:
-        shown.append(f"the config {ctx.config}")
-    if ctx.settings:
-        shown.append("DeepSpeed's settings")
-    if ctx.world_size or ctx.per_node:
-        shown.append(f"world size {ctx.world_size or ctx.per_node * (ctx.nodes or 1)}"
-                     + (f" on {ctx.nodes} nodes" if ctx.nodes and ctx.nodes > 1 else ""))
-    if ctx.seq_len and "SEQ_LEN" not in command:
-        shown.append(f"the sequence length {ctx.seq_len}")
-    if capacity:
-        shown.append("the card's total memory as CUDA reported it")
-    left = [word for word in ("MODEL", "SEQ_LEN") if word in command]
-    rest = f"; give {' and '.join(left)}" if left else ""
-    return ("from this log: " + ", ".join(shown) + rest if shown else
-            "this log printed none of the run's settings: give yours")
 
 
 #: the HF Trainer's DeepSpeed set-up in a traceback: it fills the config's "auto" values before DeepSpeed reads them
@@ -242,21 +126,6 @@ def _mismatch(match: Match, lines: list[Line]) -> tuple[str, str]:
             "ds_config.json --launch trainer --hf-args args.json` lists them all before launch.")
 
 
-def _signal(match: Match, lines: list[Line]) -> tuple[str, str]:
-    g = match.groups
-    rank = next((g.group(k) for k in ("rank", "rank2", "rank3") if g.groupdict().get(k)), None)
-    if rank is None:  # torchrun's summary: its rank line above
-        summary = summary_rank(match, lines)
-        rank = str(summary) if summary is not None else None
-    pid = next((g.group(k) for k in ("pid", "pid2", "pid3") if g.groupdict().get(k)), None)
-    offload = any("offload" in line.text and ("cpu" in line.text or "nvme" in line.text) for line in lines[:20000])
-    evidence = (f"{'rank ' + rank if rank else 'a rank'}{' (pid ' + pid + ')' if pid else ''} killed by signal 9 "
-                f"(SIGKILL) with no Python error: the host's out-of-memory killer"
-                + ("; the config offloads to the CPU" if offload else ""))
-    return evidence, ("Check `dmesg | grep -i oom`. Host RAM must hold what loading the model and offload need on "
-                      "every rank: `dsdoctor env --deepspeed ds_config.json --model MODEL` compares it with this "
-                      "host's; load with low_cpu_mem_usage, use fewer ranks per node, or offload less.")
-
 
 def _never_built(match: Match, lines: list[Line]) -> tuple:
     op = match.groups.group("op").lower()
@@ -279,55 +148,6 @@ def _required(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
             f"pip install '{g.group('req')}' (the range the training code pins), or a release of that code made for "
             f"{found}.", {"title": "an installed version outside the range the training code requires"})
 
-
-#: the deepspeed launcher's echo of each rank's command (deepspeed/launcher/launch.py main)
-SPAWNED_LOCAL_RANK = re.compile(r"spawned with command: \[[^\]\n]{0,600}?'--local_rank=\d{1,6}'")
-
-
-def _argparse(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
-    """argparse's ``prog: error: ...`` (its exit code 2): ENV331 when the deepspeed launcher started the script (it
-    inserts --local_rank=N before the user's arguments), else the parser's refusal as it is (LOG810)."""
-    msg = match.groups.group("msg")
-    usage = next((ln.text for ln in reversed(lines[max(0, match.line_index - 40):match.line_index])
-                  if ln.text.lstrip().startswith("usage:")), "")
-    # the launcher's --local_rank=N refused: named in the message, or an argument unrecognized (or one missing: the
-    # launcher's flag came before a config file the script reads as its first argument) under a launcher that passes
-    # it to a parser whose usage does not list it; a value refused is the line's own (PRE021)
-    launched = re.search(r"--local[_-]rank", msg) or (
-        msg.startswith(("unrecognized arguments", "the following arguments are required")) and
-        "local_rank" not in usage and
-        any("--local_rank=" in ln.text and SPAWNED_LOCAL_RANK.search(ln.text) for ln in lines[:20000]))
-    evidence = _where(match) + match.line.text.strip()[:300]
-    if launched:
-        return (evidence + " (the deepspeed launcher started it with '--local_rank=N' before the script's own "
-                "arguments)", "", {})
-    refused = ARGPARSE_VALUE.search(match.line.text)
-    if refused and refused.group("type") in ("dict", "Dict"):  # only HfArgumentParser gives argparse type=dict
-        # (typing.Dict's name in a transformers whose annotation was Dict: "--deepspeed: invalid Dict value")
-        return (evidence + f" (transformers' HfArgumentParser reads {refused.group('opt')} as a dict in the installed "
-                           f"version: it takes the field's type from the TrainingArguments annotation, dict | str, "
-                           f"and a path is no dict)",
-                f"Use a transformers version whose parser reads {refused.group('opt')} as a path (`pip install -U "
-                f"transformers`, or the version the training repository pins), or give the config inline as JSON "
-                f"({refused.group('opt')} '{{\"zero_optimization\": ...}}').",
-                {"rule": "HF205", "title": "the installed transformers parses a TrainingArguments field differently",
-                 "origin": {"package": "transformers", "file": "hf_argparser.py", "function": "_parse_dataclass_field",
-                            "line": None, "code": "", "from": "mention"}})
-    if refused:  # the line gives an option a value its add_argument (type=, choices=) cannot take
-        return (evidence + f" (the script's parser refuses the value of {refused.group('opt')}: argparse exits with "
-                           f"status 2 before anything runs)",
-                f"Give {refused.group('opt')} a value its parser takes (the choices or type in the message, or in the "
-                f"script's add_argument); a value the installed version does not take may need another version of "
-                f"the script (a comma-separated list where it takes one choice).",
-                {"rule": "PRE021", "title": "the script's argparse refuses a value of the command line"})
-    return evidence, "Give the arguments the script's parser asks for (its usage line is above the error).", \
-        {"rule": "LOG810", "title": "the script's argument parser refused its command line"}
-
-
-#: argparse's refusal of a value (argparse.py _check_value, _get_value): "argument --x: invalid choice: 'a' (choose
-#: from ...)", "argument --n: invalid int value: 'abc'"; a paste may keep only its tail, from the option on
-ARGPARSE_VALUE = re.compile(r"(?:argument |^\s{0,8})(?P<opt>-{1,2}[\w-]{1,100}(?:/-{1,2}[\w-]{1,100})?): invalid "
-                            r"(?:choice: |(?P<type>\w{1,40}) value(?:: |\s*$))")
 
 
 def _pydantic_api(match: Match, lines: list[Line]) -> tuple[str, str]:
@@ -366,117 +186,6 @@ def _no_grad_fn(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str,
             "query_key_value in ChatGLM, W_pack in Baichuan; DeepSpeed-Chat's --lora_module_name is a name prefix), "
             "and check that the trainable parameters are not 0 before training.",
             {"rule": "LOG803", "title": "nothing trains: the LoRA targets match no module of the model"})
-
-
-def _option_as_command(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """PRE017 from the shell's complaint about an option it ran as a command."""
-    g = match.groups.groupdict()
-    option = g.get("opt") or g.get("opt2") or "an option"
-    return (_where(match) + match.line.text.strip()[:300] + f" (the shell ran {option} as a command of its own: the "
-            "launch command above it had ended, so it and the options after it never reached the script)", "")
-
-
-def summary_rank(match: Match, lines: list[Line]) -> int | None:
-    """The rank of an ``exitcode : N (pid: P)`` line of torchrun's failure summary: its ``rank : R (local_rank: L)``
-    line just above; None for another line."""
-    if not match.line_index or not re.match(r"\s{0,8}exitcode\s{0,8}:", match.line.text):
-        return None
-    above = re.search(r"^\s{0,8}rank\s{0,8}:\s{0,4}(\d{1,6})\b", lines[match.line_index - 1].text)
-    return int(above.group(1)) if above else None
-
-
-def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
-    """A rank that ended with no error of its own in the log: its exit code, or the signal that killed it (a
-    negative code: -11 is SIGSEGV, a crash in native code)."""
-    g = match.groups.groupdict()
-    rank = g.get("rank") or g.get("rank2")
-    code = g.get("code") or g.get("code2") or g.get("code4") or g.get("code5")
-    if g.get("code5") and not rank:
-        summary = summary_rank(match, lines)
-        rank = str(summary) if summary is not None else None
-    sig = g.get("sig") or g.get("sig2") or (code[1:] if code and code.startswith("-") else None)
-    name = g.get("signame") or g.get("signame2") or SIGNAL_NAMES.get(_int(sig, 3) or 0, "")
-    who = f"rank {rank}" if rank else "a rank"
-    if name == "SIGBUS":  # shared memory exhausted: /dev/shm (Docker's 64 MB) under NCCL or DataLoader workers
-        return (f"{who} was killed by signal {sig} (SIGBUS): a shared-memory segment could not be backed; no error of "
-                f"that rank is in this log", "", {"rule": "ENV312"})
-    if sig:
-        how = f"{who} was killed by signal {sig}{' (' + name + ')' if name else ''}"
-        fix = ("No Python error: a signal ended the process. SIGSEGV/SIGABRT is a crash in native code (a CUDA "
-               "kernel, NCCL, a compiled op built for another torch or CUDA: rebuild the ops, match the versions, and "
-               "run with CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO to see where); SIGTERM came from outside (the "
-               "launcher after another rank failed, a scheduler).")
-        return f"{how}; no error of that rank is in this log", fix
-    return f"{who} exited with code {code}; no error of that rank is in this log", ""
-
-
-# --- a run stopped from outside: what stopped it, what the ranks were doing ------------------------------------
-
-SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-                9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE", 15: "SIGTERM"}
-SIGNAL_HOW = {"SIGINT": "a Ctrl-C", "SIGTERM": "a timeout (`timeout`, dsdoctor smoke's --timeout), a `kill` or the "
-              "job scheduler", "SIGHUP": "the terminal closing", "SIGKILL": "a `kill -9` or the out-of-memory killer"}
-#: the launcher's own lines (torchrun's agent, DeepSpeed's launcher): not what the ranks were doing
-LAUNCHER = re.compile(r"torch[/.]distributed[/.](?:elastic|run\b|launch)|\[(?:launch|runner)\.py:\d{1,6}:|"
-                      r"^\*{10,}|OMP_NUM_THREADS|^\s*Traceback \(most recent call last\)")
-
-
-def _signal_of(match: Match) -> tuple[str, str]:
-    """(what stopped the run, in words; the signal's name or '') for a ``stopped`` match."""
-    g = match.groups.groupdict()
-    if "CANCELLED AT" in match.line.text:
-        why = (g.get("why") or "").strip().lower()
-        return f"the job scheduler cancelled the job{' (' + why + ')' if why else ''}", "SIGTERM"
-    if "KeyboardInterrupt" in match.line.text:
-        return "signal 2 (SIGINT: a Ctrl-C)", "SIGINT"
-    raw = g.get("sig") or g.get("sig2") or g.get("sig3") or "?"
-    number = _int(raw, 3)
-    name = SIGNAL_NAMES.get(number, "") if number is not None else raw
-    number = number if number is not None else next((n for n, v in SIGNAL_NAMES.items() if v == raw), None)
-    how = SIGNAL_HOW.get(name)
-    return (f"signal {number if number is not None else raw}"
-            + (f" ({name}: {how})" if how else f" ({name})" if name and number is not None else "")), name
-
-
-def _silence(line: Line, lines: list[Line], stop_index: int) -> str:
-    """' (N s before the stop)' from the two lines' timestamps, when both have one."""
-    then = clock(line.text)
-    now = next((c for c in (clock(ln.text) for ln in lines[stop_index:stop_index + 5]) if c is not None), None)
-    if then is None or now is None or now < then:
-        return ""
-    return f" ({now - then:.0f} s before the stop)"
-
-
-def _activity(lines: list[Line], stop_index: int) -> str:
-    """What the ranks were doing when the stop came: the last training progress before it, and each rank's last
-    line (the launcher's own lines left out), with how long before the stop it came."""
-    last: dict[int | None, Line] = {}
-    progress = None
-    for line in lines[max(0, stop_index - 20000):stop_index]:
-        text = line.text.strip()
-        if not text or LAUNCHER.search(text):
-            continue
-        last[line.rank] = line
-        if PROGRESS.search(line.text):
-            progress = line
-    parts = [f"the last training progress before it: {progress.at}: {progress.text.strip()[:120]}" if progress else
-             "no training step was logged before it"]
-    ranks = sorted(last, key=lambda r: (r is None, r or 0))
-    for rank in ranks[:4]:
-        line = last[rank]
-        who = f"rank {rank}'s last line" if rank is not None else "the last line of the ranks"
-        parts.append(f"{who}: {line.at}{_silence(line, lines, stop_index)}: {line.text.strip()[:160]}")
-    if len(ranks) > 4:
-        parts.append(f"({len(ranks) - 4} more ranks)")
-    return "; ".join(parts)
-
-
-def _stopped(match: Match, lines: list[Line]) -> tuple[str, str]:
-    what, _ = _signal_of(match)
-    after = (match.info or {}).get("after")  # the failure that came before the stop, when there is one
-    cause = f"after the failure at {after.line.at}" if after is not None else "not by an error of its own"
-    return (_where(match) + f"the run was stopped from outside by {what}, {cause}; "
-            + _activity(lines, match.line_index), "")
 
 
 # --- the catalogue of signatures ------------------------------------------------------------------------------------
