@@ -1464,6 +1464,20 @@ def test_a_models_remote_code_is_named_by_the_package_transformers_imports_it_as
         ("transformers_modules", "SomeModel-8B/configuration_some.py")
 
 
+def test_a_batch_assertion_with_world_size_one_says_deepspeed_counted_one_process_of_several():
+    """"4096 != 128 * 4 * 1": the config is right for 8 processes and DeepSpeed counted one: DS102 names both causes
+    (one process launched; DeepSpeed 0.9.0 under accelerate), and ENV310 when the log shows DeepSpeed 0.9.0."""
+    line = ("AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+            "gradient_acc_step * world_size 4096 != 128 * 4 * 1\n")
+    findings, _ = explain(line)
+    assert findings[0].id == "DS102" and "right for world size 8" in findings[0].evidence
+    assert "0.9.0" in findings[0].fix and "--num_gpus 8" in findings[0].fix
+    findings, _ = explain("[INFO] [logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.9.0, git-hash=unknown\n"
+                          + line)
+    assert findings[0].id == "ENV310" and findings[0].title == "DeepSpeed 0.9.0 under accelerate counts world size 1"
+    assert explain(line.replace("4096 != 128 * 4 * 1", "4096 != 128 * 4 * 2"))[0][0].id == "DS102"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

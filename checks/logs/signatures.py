@@ -78,7 +78,12 @@ TRAINER_FILLS = re.compile(r"transformers/(?:integrations/deepspeed|deepspeed|tr
                            r"(?:deepspeed_init|trainer_config_finalize|_inner_training_loop|train)\b")
 
 
-def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
+#: DeepSpeed 0.9.0 named in a log: its start-up line ("DeepSpeed info: version=0.9.0"), a pip line, an env report
+DS_090 = re.compile(r"(?:DeepSpeed info: version=|deepspeed[= ]=?=?\s?|deepspeed version\W{0,6})0\.9\.0(?![\d.])",
+                    re.I)
+
+
+def _batch(match: Match, lines: list[Line]) -> tuple:
     """DeepSpeed's batch assertion (deepspeed/runtime/config.py _batch_assertion): the triple recomputed for the world
     size it ran on. Numbers too long to be a batch size are shown as text, with the rule's own fix."""
     texts = [match.groups.group(i) for i in (1, 2, 3, 4)]
@@ -102,6 +107,21 @@ def _batch(match: Match, lines: list[Line]) -> tuple[str, str]:
                 "train_batch_size written into the config is then refused as a mismatch with the Trainer's "
                 "(HF201). `dsdoctor check ds_config.json --launch trainer --world-size "
                 f"{world}` checks the config as the Trainer fills it.")
+    assumed = total // (micro * acc) if micro * acc and total % (micro * acc) == 0 else 0
+    if world == 1 and assumed > 1:  # the config is right for N processes; DeepSpeed counted one
+        v090 = any(DS_090.search(ln.text) for ln in lines[:20000])
+        evidence = (_where(match) + f"train_batch_size {total} != {micro} x {acc} x 1 (micro batch x gradient "
+                    f"accumulation x world size): the config is right for world size {assumed}, and DeepSpeed "
+                    f"counted one process" + ("; the log shows DeepSpeed 0.9.0, which under accelerate checks the "
+                                              "batch with world size 1" if v090 else ""))
+        fix = ("If several processes were launched, DeepSpeed did not see them: DeepSpeed 0.9.0 under accelerate "
+               "counts world size 1 (DeepSpeed issue 3228: upgrade, or 0.8.3), and plain `python` starts one "
+               f"process (launch with `deepspeed --num_gpus {assumed}` or `torchrun --nproc_per_node {assumed}`). "
+               f"For one process, set train_batch_size to {micro * acc}, or give only "
+               f"train_micro_batch_size_per_gpu.")
+        if v090:
+            return evidence, fix, {"rule": "ENV310", "title": "DeepSpeed 0.9.0 under accelerate counts world size 1"}
+        return evidence, fix
     fixed = micro * acc * world
     return (_where(match) + f"train_batch_size {total} != {micro} x {acc} x {world} (micro batch x gradient "
             f"accumulation x world size){note}",
