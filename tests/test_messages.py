@@ -101,6 +101,26 @@ def test_a_failed_command_is_named_by_the_package_that_runs_it():
     assert catalogue.command_lookup("Command '['my-own-tool', '--x']' returned non-zero exit status 1.") is None
 
 
+def test_a_template_a_rules_documentation_quotes_is_that_rules():
+    """DS123's documentation quotes DeepSpeed's "You are using an untested ZeRO Optimizer. Please add <...>": the
+    catalogue's template maps to DS123 where no signature names it, and explain names the assertion DS123 with
+    DeepSpeed's file as origin. A piece two rules quote, or one that another rule's quote holds, maps to neither."""
+    from dsdoctor.messages.coverage import FILL, quoted_messages, rule_of
+
+    found = catalogue.lookup('AssertionError: You are using an untested ZeRO Optimizer. Please add '
+                             '<"zero_allow_untested_optimizer": true> in the configuration file to use it.')
+    assert rule_of("".join(FILL if p is None else p for p in found.entry.parts)) == "DS123"
+    findings, result = explain('Traceback (most recent call last):\n  File "/opt/venv/lib/python3.10/site-packages/'
+                               'deepspeed/runtime/engine.py", line 1190, in _do_optimizer_sanity_check\n'
+                               '    assert self.zero_allow_untested_optimizer(), \\\n'
+                               'AssertionError: You are using an untested ZeRO Optimizer. Please add '
+                               '<"zero_allow_untested_optimizer": true> in the configuration file to use it.\n')
+    assert findings[0].id == "DS123" and result["origin"]["file"] == "runtime/engine.py"
+    quoted = quoted_messages()
+    assert not any("unexpected keyword argument" in piece for piece in quoted)  # DS118's and DS126's overlap
+    assert not any("Current loss scale already at minimum" in piece for piece in quoted)  # DS113 and DS114 both
+
+
 def test_deepspeeds_cpp_ops_messages_are_in_its_catalogue_for_every_version_mined():
     found = catalogue.lookup("RuntimeError: expected input to be on cuda")
     assert found.whole and found.entry.package == "deepspeed"

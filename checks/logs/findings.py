@@ -362,8 +362,12 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
         found = _catalogued(match.line.text, (raiser or {}).get("package")) \
             if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
         origin = None
-        if found is not None:  # no rule names it, but the catalogue knows whose message it is
-            target, evidence, fix = LOG809, f"{evidence}; {found.entry.origin()}", ""
+        if found is not None:  # no signature names it, but the catalogue knows whose message it is, and a rule may
+            named = _template_finding(match.line, found, "")  # quote it (coverage.rule_of)
+            target = rules[named.id] if named.id != LOG809.id else LOG809
+            evidence = f"{evidence}; {found.entry.origin()}" + (f" (the message of {target.id})"
+                                                                  if target is not LOG809 else "")
+            fix = ""
             origin = _frame_or_catalogue(lines, match.line_index, found, match.line.text)
         elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
             origin = failure_origin(lines, match.line_index, match.line.rank)

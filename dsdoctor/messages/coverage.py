@@ -10,6 +10,7 @@ matches is still named by its origin (LOG809).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 from dsdoctor.messages.catalogue import NAMES, catalogues
@@ -19,13 +20,44 @@ FILL = "0"
 
 
 def rule_of(text: str) -> str | None:
-    """The rule of the first of explain's signatures that matches ``text`` (one line), or None."""
+    """The rule of the first of explain's signatures that matches ``text`` (one line), else the one rule whose own
+    documentation quotes the message (:func:`quoted_messages`), or None."""
     from dsdoctor.checks.logs.signatures import candidates
 
     for signature in candidates(text):
         if signature.pattern.search(text):
             return signature.rule_id
-    return None
+    return next((rule for piece, rule in quoted_messages().items() if piece in text), None)
+
+
+#: a quoted message in a rule's documentation is read in pieces cut at "...", a placeholder ({x}, <x>); a piece
+#: shorter than this says too little to name a message
+MIN_QUOTED = 30
+
+
+@functools.lru_cache(maxsize=1)
+def quoted_messages() -> dict[str, str]:
+    """{a piece of a message quoted in a rule's ``what`` or ``why``: that rule}, for the pieces one rule alone quotes
+    (DS123's why quotes DeepSpeed's "You are using an untested ZeRO Optimizer. Please add <...>"): a catalogue template
+    that holds the piece is that rule's message, where no signature names it. A piece two rules quote (the fp16 loss
+    scale's floor: DS113 and DS114) maps to neither, nor do pieces of two rules where one holds the other (DS118's
+    "__init__() got an unexpected keyword argument" and DS126's "got an unexpected keyword argument")."""
+    import re
+
+    from dsdoctor.rules import catalogue
+
+    seen: dict[str, set[str]] = {}
+    for rule_id, rule in catalogue().items():
+        text = " ".join(str(getattr(rule, key, "") or "") for key in ("what", "why"))
+        for double, single in re.findall(r'"([^"]{24,400})"|\'([^\']{24,400})\'', text):
+            for piece in re.split(r"\.\.\.|\u2026|\{[^}]*\}|<[^>]*>", double or single):
+                piece = piece.strip(" .,:;")
+                if len(piece) >= MIN_QUOTED:
+                    seen.setdefault(piece, set()).add(rule_id)
+    alone = {piece: next(iter(rules)) for piece, rules in seen.items() if len(rules) == 1}
+    return {piece: rule for piece, rule in alone.items()  # nor one that another rule's quote holds or is held by
+            if not any(other != rule and (piece in text or text in piece) for text, other in alone.items()
+                       if text != piece)}
 
 
 def coverage() -> dict[str, dict]:
