@@ -1478,6 +1478,18 @@ def test_a_batch_assertion_with_world_size_one_says_deepspeed_counted_one_proces
     assert explain(line.replace("4096 != 128 * 4 * 1", "4096 != 128 * 4 * 2"))[0][0].id == "DS102"
 
 
+def test_a_keyword_a_packages_api_does_not_take_is_code_written_for_another_version():
+    """``TypeError: __init__() got an unexpected keyword argument 'k'`` where the frame's source line calls a
+    package's API with ``k=``: the installed version lacks it (ENV310); a keyword of the user's own function is not."""
+    log = ('Traceback (most recent call last):\n  File "/work/train.py", line 39, in build\n'
+           "    with deepspeed.zero.Init(new_group_option=group, config_dict_or_path=cfg):\n"
+           "TypeError: __init__() got an unexpected keyword argument 'new_group_option'\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "ENV310" and "deepspeed.zero.Init does not take new_group_option" in findings[0].title
+    own = log.replace("deepspeed.zero.Init(", "make_group(").replace("__init__()", "make_group()")
+    assert explain(own)[0][0].id != "ENV310"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -460,6 +460,7 @@ def cpp_origin(text: str) -> dict | None:
 #: package expects is a version mismatch (ENV310); None from a load_checkpoint that found no checkpoint is the missing
 #: path (PRE014). A refiner returns (evidence, fix, title) or None.
 PYTHON_ERROR_REFINERS = ((imports.mpi_fallback, "PRE023"), (imports.object_attribute, "ENV310"),
+                         (imports.keyword_of_another_version, "ENV310"),
                          (none_from_missing_checkpoint, "PRE014"))
 
 

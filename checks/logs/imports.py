@@ -374,6 +374,38 @@ def mpi_fallback(match, lines) -> tuple[str, str, str] | None:
             "no launcher set the ranks: DeepSpeed fell back to MPI discovery")
 
 
+#: a call of a package's API on a quoted source line: ``with deepspeed.zero.Init(sequence_data_parallel_group=...``
+PACKAGE_CALL = re.compile(r"\b(?P<pkg>deepspeed|transformers|peft|accelerate|trl|torch)(?P<path>(?:\.[A-Za-z_]\w{0,60})"
+                          r"{1,6})\(")
+UNEXPECTED_KEYWORD = re.compile(r"TypeError: (?P<callee>[\w.<>]{1,120})\(\) got an unexpected keyword argument "
+                                r"'(?P<arg>\w{1,80})'")
+
+
+def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) of ENV310 when ``match`` is ``TypeError: X() got an unexpected keyword argument 'k'``
+    raised where the code calls a package's API with ``k=`` (the frame's quoted source line right above:
+    ``with deepspeed.zero.Init(sequence_data_parallel_group=...)``): the installed version of that package does not
+    take the argument the code was written for. None otherwise (a keyword of the user's own function, an optimizer's
+    params from the config: DS118)."""
+    found = UNEXPECTED_KEYWORD.search(match.line.text)
+    if found is None:
+        return None
+    arg = found.group("arg")
+    code = [ln.text for ln in lines[max(0, match.line_index - 6):match.line_index]
+            if ln.rank == match.line.rank and ln.text[:1].isspace() and "File \"" not in ln.text]
+    call = next((m for m in (PACKAGE_CALL.search(t) for t in reversed(code) if f"{arg}=" in t or f"{arg} =" in t)
+                 if m), None)
+    if call is None:
+        return None
+    package, api = call.group("pkg"), call.group("pkg") + call.group("path")
+    return (_where(match) + _line(match) + f" (the code calls {api}({arg}=...): the installed {package} does not take "
+                                           f"{arg})",
+            f"The code was written for another version of {package}: `dsdoctor env` shows the installed one; install "
+            f"the version the training repository pins (its requirements.txt), or the release that added {arg} to "
+            f"{api} (`pip install -U {PIP_NAMES.get(package, package)}`).",
+            f"a version mismatch: the installed {package}'s {api} does not take {arg}")
+
+
 def _own_module_missing(match, lines, module: str | None) -> tuple[str, str, dict] | None:
     """LOG808 for ``No module named 'P.x'`` raised by P's own code (the traceback's innermost frame is in package
     P): P's install lacks a module of its own, which no version of another package explains (a new folder without
