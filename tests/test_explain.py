@@ -1490,6 +1490,20 @@ def test_a_keyword_a_packages_api_does_not_take_is_code_written_for_another_vers
     assert explain(own)[0][0].id != "ENV310"
 
 
+def test_an_optimizer_with_nothing_to_train_is_trn609_but_not_the_trainers_zero3_count():
+    """torch's "optimizer got an empty parameter list", or a script's own "trainable params: 0" before a failure:
+    TRN609. The Trainer's "Number of trainable parameters = 0" is what ZeRO-3's partitioned parameters print anyway."""
+    findings, _ = explain("ValueError: optimizer got an empty parameter list\n")
+    assert findings[0].id == "TRN609" and "target_modules" in findings[0].fix
+    cut = ('GPU1 Trainable Params: 0\nTraceback (most recent call last):\n  File "/x/deepspeed/runtime/engine.py", '
+           "line 1230, in _configure_optimizer\n    basic_optimizer = self._configure_basic_optimizer(params)\n")
+    assert explain(cut)[0][0].id == "TRN609"
+    trainer = "[INFO|trainer.py:1690] 2024-01-01 10:00:00,000 >>   Number of trainable parameters = 0\n"
+    assert explain(trainer)[0][0].id != "TRN609"
+    assert explain("trainable params: 4,194,304 || all params: 6,742,609,920 || trainable%: 0.0622\n")[0][0].id \
+        != "TRN609"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

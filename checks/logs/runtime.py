@@ -245,3 +245,15 @@ def _main_process_first(match: Match, lines: list[Line]) -> tuple[str, str, dict
             "ddp_timeout, in seconds; accelerate's InitProcessGroupKwargs(timeout=...)). `dsdoctor data` measures the "
             "tokenization time against the timeout before launch.", {})
 
+
+def _nothing_to_train(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """TRN609 from a run whose optimizer got no parameter (torch's "optimizer got an empty parameter list") or whose
+    own count of trainable parameters is 0 before it failed."""
+    return (_where(match) + match.line.text.strip()[:240] + " (no parameter of this rank requires a gradient: the "
+            "optimizer is built from an empty list)",
+            "Find what left nothing trainable before the optimizer is built: LoRA target_modules that match no module "
+            "name of the model (print the model's named_modules), a freeze that froze every layer, a pipeline stage "
+            "given no layer (more stages than layers, or a partition that leaves a stage empty), or parameters "
+            "filtered with requires_grad before peft made the adapters. `dsdoctor smoke --model MODEL --method lora` "
+            "counts the trainable parameters before launch.")
+

@@ -28,7 +28,8 @@ from .memory import _oom, _signal
 from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _nccl_connect, _nccl_error,
                       _no_interface, _rendezvous, _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
-                      _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert)
+                      _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert,
+                      _nothing_to_train)
 
 
 @dataclass
@@ -355,6 +356,14 @@ SIGNATURES: tuple[Signature, ...] = (
     # an evaluation's loss NaN while training's is not: an eval batch whose labels are all -100 (0/0 in the mean)
     _sig("eval-nan-loss", "DATA701", "eval_loss",
          r"['\"]eval_loss['\"]: '?nan\b", _eval_nan, "dsdoctor data --model MODEL --seq-len N"),
+    # nothing to train: torch's optimizer given no parameter (torch/optim/optimizer.py), or a script's own count of
+    # trainable parameters at 0 (peft's print_trainable_parameters, a script's print) before a failure it explains;
+    # not the Trainer's "Number of trainable parameters = 0", which ZeRO-3's partitioned parameters make 0 anyway
+    _sig("empty-optimizer", "TRN609", "empty parameter list", r"optimizer got an empty parameter list",
+         _nothing_to_train),
+    _sig("no-trainable-parameters", "TRN609", ("rainable params", "rainable Params", "rainable parameters:"),
+         r"(?<!Number of )\b[Tt]rainable [Pp]ar(?:ams|ameters)\s{0,4}[:=]\s{0,4}0(?![\d.,])", _nothing_to_train,
+         consequence=True),
     # the config's optimizer and scheduler blocks, refused at initialize (engine.py _configure_basic_optimizer,
     # _scheduler_from_config): the rules `check` gives the same blocks
     _sig("optimizer-unknown", "DS122", "is not a supported DeepSpeed Optimizer",
