@@ -1566,8 +1566,8 @@ def test_argparse_refusing_a_path_as_a_dict_is_transformers_parser_in_any_casing
 
 def test_a_message_a_tool_copied_from_a_library_is_the_librarys_unless_the_tools_frame_raised_it():
     """unsloth_zoo patches torch's load_state_dict with torch's own message: word for word, the message is torch's.
-    A refusal an old unsloth raised (in unsloth/models/llama.py) that only unsloth_zoo's mined version still has is
-    named by the frame that raised it, the catalogue's copy beside it."""
+    A refusal unsloth raised (in unsloth/models/llama.py), which unsloth_zoo also carries, is named by the frame that
+    raised it, at the frame's line."""
     from dsdoctor.messages.catalogue import lookup
 
     copied = lookup("size mismatch for weight: copying a param with shape torch.Size([0]) from checkpoint, the shape "
@@ -1577,11 +1577,12 @@ def test_a_message_a_tool_copied_from_a_library_is_the_librarys_unless_the_tools
            '  File "/opt/venv/lib/python3.11/site-packages/unsloth/models/llama.py", line 1878, in from_pretrained\n'
            "    raise RuntimeError('Unsloth currently does not support multi GPU setups - but we are working on it!')\n")
     findings, result = explain(log)
-    assert findings[0].id == "LOG809" and "unsloth_zoo" in findings[0].evidence
-    assert (result["origin"]["package"], result["origin"]["file"]) == ("unsloth", "models/llama.py")
+    assert findings[0].id == "LOG809"
+    assert (result["origin"]["package"], result["origin"]["file"], result["origin"]["line"]) == \
+        ("unsloth", "models/llama.py", 1878)  # the frame's line, not the mined version's
     assert result["origin"]["from"] == "traceback"
     bare = explain("RuntimeError: Unsloth currently does not support multi GPU setups - but we are working on it!\n")
-    assert bare[1]["origin"]["package"] == "unsloth_zoo"  # no frame: the catalogue's package
+    assert bare[1]["origin"]["package"] == "unsloth"  # no frame: unsloth's own mined version before unsloth_zoo's copy
 
 
 def test_a_package_that_cannot_import_a_name_from_itself_hid_a_broken_dependency():
