@@ -118,6 +118,18 @@ TRN612 = rule(
     fix="Smoke the config on the GPU machine it is for; here, a copy with \"fp16\": {\"enabled\": false} and "
         "\"bf16\": {\"enabled\": true} checks everything else.",
     source="deepspeed/accelerator/cpu_accelerator.py (supported dtypes: bf16, fp32)")
+TRN614 = rule(
+    "TRN614", "error", "save_checkpoint on one rank only",
+    what="The script calls the engine's save_checkpoint (or save_16bit_model) inside a branch only rank 0 enters "
+         "(`if engine.global_rank == 0:`, `if args.local_rank in [-1, 0]:`, `if is_main_process`).",
+    why="DeepSpeed's save_checkpoint is collective: every rank writes its own ZeRO partition and they meet in "
+        "barriers (and save_16bit_model gathers ZeRO-3's partitions). Called on rank 0 alone, it waits for ranks that "
+        "never come: a hang until the collective timeout, or, when the others exit, 'Connection closed by peer'; and "
+        "no usable checkpoint.",
+    fix="Call engine.save_checkpoint(dir, tag) on every rank (DeepSpeed writes the shared files from rank 0 itself); "
+        "keep only your own extra files (a tokenizer, a JSON) under the rank-0 branch.",
+    source="deepspeed/runtime/engine.py save_checkpoint (its docstring: 'all processes must call this method and not "
+           "just the process with rank 0'), save_16bit_model")
 TRN613 = rule(
     "TRN613", "error", "gradient checkpointing over a frozen base with no input that requires grad",
     what="LoRA or P-Tuning with gradient checkpointing, and the checkpointed blocks' input (the embedding output of "

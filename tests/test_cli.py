@@ -20,7 +20,7 @@ DS_IDS = ["DS101", "DS102", "DS103", "DS104", "DS105", "DS106", "DS110", "DS111"
           "DS131", "DS132", "DS133", "DS134", "DS135", "DS136", "DS137", "DS138", "DS139", "DS140", "DS141", "DS142",
           "DS143", "DS144", "DS145", "DS146", "DS199"]
 HF_IDS = [f"HF20{i}" for i in range(1, 10)]
-ALL_IDS = ([f"TRN6{i:02d}" for i in range(14)] + [f"DATA7{i:02d}" for i in range(1, 9)] + [f"MEM5{i:02d}" for i in range(14)]
+ALL_IDS = ([f"TRN6{i:02d}" for i in range(15)] + [f"DATA7{i:02d}" for i in range(1, 9)] + [f"MEM5{i:02d}" for i in range(14)]
            + [f"ENV3{i:02d}" for i in range(37)] + ["NET401", "NET402", "NET403", "NET404", "NET405", "NET406", "NET407", "NET408", "NET409", "NET410", "NET411", "NET412", "NET413", "NET414", "NET415", "NET416"]
            + [f"LOG8{i:02d}" for i in range(13)] + [f"HANG9{i:02d}" for i in range(10)]
            + ["PRE001", "PRE002", "PRE010", "PRE011", "PRE012", "PRE013", "PRE014", "PRE015", "PRE016", "PRE017",

@@ -1504,6 +1504,56 @@ def test_an_optimizer_with_nothing_to_train_is_trn609_but_not_the_trainers_zero3
         != "TRN609"
 
 
+def test_an_unexpected_keyword_is_a_misspelling_a_trainingarguments_field_or_another_version():
+    """``got an unexpected keyword argument``: a TrainingArguments field another transformers has (HF205, with the
+    field of a close name: evaluation_strategy / eval_strategy); a keyword close to a parameter the installed API
+    has (``deepspeed.initialize(config_file=...)``: a misspelling, LOG805 saying which); torch's generic
+    "X.__init__() got an unexpected keyword" template names no origin by itself."""
+    trainer = ('Traceback (most recent call last):\n  File "/work/finetune.py", line 11, in <module>\n'
+               '    args = TrainingArguments(output_dir="out",\n'
+               "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'evaluation_strategy'\n")
+    findings, _ = explain(trainer)
+    assert findings[0].id == "HF205" and "eval_strategy" in findings[0].evidence and "eval_strategy" in \
+        findings[0].fix
+    typo = ('Traceback (most recent call last):\n  File "/work/train.py", line 8, in <module>\n'
+            "    engine, opt, _, _ = deepspeed.initialize(model=model, config_file=args.config)\n"
+            "TypeError: initialize() got an unexpected keyword argument 'config_file'\n")
+    findings, _ = explain(typo)
+    assert findings[0].id == "LOG805" and findings[0].title == \
+        "deepspeed.initialize has no parameter config_file: did you mean config?"
+    assert "Pass config= instead of config_file=" in findings[0].fix
+    from dsdoctor.messages.catalogue import lookup
+
+    generic = lookup("TypeError: MyModel.__init__() got an unexpected keyword argument 'hidden'")
+    assert generic is None or generic.entry.package != "torch"
+
+
+def test_a_peer_lost_alone_or_a_cpp_terminate_is_a_failure_never_exit_0():
+    """gloo's "Connection closed by peer" with no other error: this rank lost a peer that failed first (LOG806, exit
+    1); the C++ runtime's "terminate called ..." is a failure line (SIGABRT follows)."""
+    lost = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:10126. This is typically caused by a remote worker crashing.\n")
+    assert explain(lost)[0][0].id == "LOG806"
+    findings, _ = explain("terminate called without an active exception\n")
+    assert findings[0].id == "LOG810" and findings[0].severity == "error"
+
+
+def test_a_save_that_waited_for_ranks_that_never_called_it_is_trn614():
+    """The script's ``engine.save_checkpoint(...)`` line is where rank 0's frame stopped, and its error is a peer
+    gone (the other ranks exited without saving): TRN614. Another rank's own error, when the log has one, wins."""
+    log = ("[rank0]: Traceback (most recent call last):\n"
+           '[rank0]:   File "/work/train.py", line 12, in <module>\n'
+           '[rank0]:     engine.save_checkpoint("ckpt", tag="final")\n'
+           '[rank0]:   File "/x/deepspeed/runtime/engine.py", line 4900, in save_checkpoint\n'
+           "[rank0]:     dist.barrier()\n"
+           "[rank0]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:10126. This is typically caused "
+           "by a remote worker crashing.\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "TRN614" and "on every rank" in findings[0].fix
+    oom = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    assert explain(oom + log)[0][0].id != "TRN614"
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -175,6 +175,23 @@ def test_plain_python_running_deepspeed_without_the_rank_variables_is_pre023(tmp
     assert "PRE023" not in [f["id"] for f in report["findings"]]
 
 
+def test_a_checkpoint_saved_under_a_rank_0_branch_is_trn614(tmp_path):
+    """engine.save_checkpoint inside `if engine.global_rank == 0:` (or `if args.local_rank in [-1, 0]`) is collective
+    and would wait for ranks that never call it: TRN614. Outside the branch, or under `if not is_main_process`, no."""
+    body = ("import deepspeed, torch\nm = torch.nn.Linear(2, 2)\n"
+            "engine, _, _, _ = deepspeed.initialize(model=m, model_parameters=m.parameters(), config='ds.json')\n")
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1}')
+    for guard, flagged in (("if engine.global_rank == 0:", True), ("if args.local_rank in [-1, 0]:", True),
+                           ("if accelerator.is_main_process:", True), ("if not accelerator.is_main_process:", False),
+                           ("if True:", False)):
+        (tmp_path / "t.py").write_text(body + f"{guard}\n    engine.save_checkpoint('ckpt')\n")
+        _, report, _ = preflight("--", "deepspeed --num_gpus 2 t.py", cwd=tmp_path)
+        found = [f for f in report["findings"] if f["id"] == "TRN614"]
+        assert bool(found) == flagged, guard
+        if flagged:
+            assert "t.py:5 engine.save_checkpoint(...) under a rank-0 branch" in found[0]["evidence"]
+
+
 @pytest.mark.parametrize("line,message", [
     ("deepspeed --num_gpus 4", "names no script"),
     ("deepspeed --num_gpus abc train.py", "invalid int value: 'abc'"),

@@ -21,7 +21,7 @@ from .origin import (OBJECT_CLASS, catalogue_origin, describe_frame, exception_o
                      library_message, mentioned_origin, nccl_origin)
 from .precision import overflow_line, skipped_step, stuck
 from .runtime import none_from_missing_checkpoint
-from .rules import LOG800, LOG805, LOG807, LOG809, LOG810, LOG811
+from .rules import LOG800, LOG805, LOG806, LOG807, LOG809, LOG810, LOG811
 from .evidence import _int
 from .ends import (BUILD_SIGNATURE, TRACEBACK_HEADER, _build_fix, build_in_flight, ends_at_first_step, ends_in_build,
                    ends_in_first_collective, ends_in_launch, finished)
@@ -432,11 +432,14 @@ FAILED_LINE = re.compile(r"Traceback \(most recent call last\)|\b\w{0,60}(?:Erro
                          r"Permission denied \(publickey|"
                          # libtorch's C++ exceptions (c10/util/Exception.cpp): "Exception raised from recvBytes at
                          # ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first)"
-                         r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}")
+                         r"\bException raised from \w{1,100} at \S{1,300}:\d{1,6}|"
+                         # the C++ runtime aborting the process (std::terminate: a thread still running at exit, an
+                         # exception thrown through a destructor): SIGABRT follows
+                         r"\bterminate called (?:after throwing|without an active exception|recursively)")
 #: substrings one of which every line FAILED_LINE matches holds: the regex runs only on those (a log of free text
 #: is mostly lines without any, and the regex's character classes cost at every position)
 FAILED_NEEDLES = re.compile(r"Traceback|Error|Exception|WARN|[Ff]atal|FATAL|FAILED|ERROR|[Ee]xit|File \"|raise |assert|"
-                            r": error: |ssh: |Host key|Permission denied")
+                            r": error: |ssh: |Host key|Permission denied|terminate called")
 
 
 def failed_line(text: str) -> bool:
@@ -460,6 +463,7 @@ def cpp_origin(text: str) -> dict | None:
 #: package expects is a version mismatch (ENV310); None from a load_checkpoint that found no checkpoint is the missing
 #: path (PRE014). A refiner returns (evidence, fix, title) or None.
 PYTHON_ERROR_REFINERS = ((imports.mpi_fallback, "PRE023"), (imports.object_attribute, "ENV310"),
+                         (imports.training_arguments_field, "HF205"), (imports.misspelled_keyword, "LOG805"),
                          (imports.keyword_of_another_version, "ENV310"),
                          (none_from_missing_checkpoint, "PRE014"))
 
@@ -526,6 +530,12 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; approximately (the wording "
                                              f"differs at a few places): {found.entry.origin()}"),
                 _raising_frame(lines, where[id(ln)]) or catalogue_origin(found.entry, ln.text))
+    lost = [ln for ln in lines if not failing and not done and CASCADE.search(ln.text) and failed_line(ln.text)
+            and PYTHON_ERROR.match(ln.text.strip())][:1]
+    if lost:  # only errors of ranks whose peer went away: the rank that failed first is not in the paste
+        return (LOG806.finding(_quoted(f"{lost[0].at}: {lost[0].text.strip()[:240]} (this rank lost a peer: another "
+                                       f"rank failed or exited before it, and that rank's own error is not in this "
+                                       f"log)")), None)
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
         first = next((i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and

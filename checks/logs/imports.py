@@ -38,7 +38,9 @@ What Python says, and what it means (``importlib._bootstrap._find_and_load_unloc
 
 from __future__ import annotations
 
+import difflib
 import re
+from pathlib import Path
 
 from .lines import where
 
@@ -381,6 +383,64 @@ UNEXPECTED_KEYWORD = re.compile(r"TypeError: (?P<callee>[\w.<>]{1,120})\(\) got 
                                 r"'(?P<arg>\w{1,80})'")
 
 
+def installed_parameters(package: str, file: str | None, name: str) -> set[str] | None:
+    """The keyword parameters the installed ``package`` gives function or class ``name`` (a class: its ``__init__``'s,
+    or a dataclass's fields), read from its source without importing it: in ``file`` (a path inside the package)
+    or, for a dotted ``name`` (``zero.Init``), in the module the dots name; one ``from .x import name`` followed.
+    None when the package is not installed here, the definition is not found, or it takes ``**kwargs``."""
+    import ast
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    *modules, last = name.split(".")
+    if modules and not root.joinpath(modules[0]).exists() and not root.joinpath(modules[0] + ".py").exists():
+        try:  # a module the package re-exports under another name (deepspeed/__init__.py: from .runtime import zero)
+            top = ast.parse((root / "__init__.py").read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            top = ast.Module(body=[], type_ignores=[])
+        alias = next((n for n in top.body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module and
+                      any((a.asname or a.name) == modules[0] and a.name == modules[0] for a in n.names)), None)
+        if alias is not None:
+            root = root.joinpath(*alias.module.split("."))
+    candidates = [root / file] if file else [root.joinpath(*modules, "__init__.py"),
+                                             root.joinpath(*modules[:-1], modules[-1] + ".py") if modules else root]
+    for path in candidates[:2]:
+        for _ in range(3):  # the definition, or the module it is imported from
+            try:
+                tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+            except (OSError, SyntaxError, ValueError):
+                break
+            node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == last),
+                        None)
+            if isinstance(node, ast.FunctionDef):
+                args = node.args
+                return None if args.kwarg else {a.arg for a in args.args + args.kwonlyargs}
+            if isinstance(node, ast.ClassDef):
+                init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+                if init is not None:
+                    return None if init.args.kwarg else {a.arg for a in init.args.args + init.args.kwonlyargs}
+                fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and
+                          isinstance(n.target, ast.Name)}
+                return fields or None
+            source = next((n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level and
+                           any(a.name == last for a in n.names)), None)
+            if source is None:
+                break
+            base = path.parent
+            for _ in range(source.level - 1):
+                base = base.parent
+            parts = (source.module or "").split(".") if source.module else []
+            nxt = base.joinpath(*parts).with_suffix(".py") if parts else base / "__init__.py"
+            path = nxt if nxt.exists() else base.joinpath(*parts, "__init__.py")
+    return None
+
+
 def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
     """(evidence, fix, title) of ENV310 when ``match`` is ``TypeError: X() got an unexpected keyword argument 'k'``
     raised where the code calls a package's API with ``k=`` (the frame's quoted source line right above:
@@ -398,12 +458,75 @@ def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
     if call is None:
         return None
     package, api = call.group("pkg"), call.group("pkg") + call.group("path")
+    if _misspelled(package, call.group("path").lstrip("."), arg):  # the installed version has a parameter of a
+        return None  # close name: a misspelling (misspelled_keyword), not another version
     return (_where(match) + _line(match) + f" (the code calls {api}({arg}=...): the installed {package} does not take "
                                            f"{arg})",
             f"The code was written for another version of {package}: `dsdoctor env` shows the installed one; install "
             f"the version the training repository pins (its requirements.txt), or the release that added {arg} to "
             f"{api} (`pip install -U {PIP_NAMES.get(package, package)}`).",
             f"a version mismatch: the installed {package}'s {api} does not take {arg}")
+
+
+def _misspelled(package: str, api: str, arg: str) -> str:
+    """The parameter of the installed ``package``'s ``api`` whose name is close to ``arg`` (``config`` for
+    ``config_file``), or "" (none, or the API's parameters cannot be read here)."""
+    taken = installed_parameters(package, None, api)
+    near = difflib.get_close_matches(arg, sorted(taken - {"self"}), n=1, cutoff=0.6) if taken else []
+    return near[0] if near and arg not in taken else ""
+
+
+def misspelled_keyword(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) for ``TypeError: X() got an unexpected keyword argument 'k'`` where the code calls a
+    package's API (the frame's quoted line) whose installed signature has a parameter of a close name (``config``
+    for ``config_file`` in ``deepspeed.initialize``): a misspelled keyword, which no version takes. None otherwise."""
+    found = UNEXPECTED_KEYWORD.search(match.line.text)
+    if found is None:
+        return None
+    arg = found.group("arg")
+    code = [ln.text for ln in lines[max(0, match.line_index - 6):match.line_index]
+            if ln.rank == match.line.rank and ln.text[:1].isspace() and "File \"" not in ln.text]
+    call = next((m for m in (PACKAGE_CALL.search(t) for t in reversed(code) if f"{arg}=" in t or f"{arg} =" in t)
+                 if m), None)
+    if call is None:
+        return None
+    package, path = call.group("pkg"), call.group("path").lstrip(".")
+    near = _misspelled(package, path, arg)
+    if not near:
+        return None
+    api = f"{package}.{path}"
+    return (_where(match) + _line(match) + f" (the installed {package}'s {api} takes {near}, not {arg})",
+            f"Pass {near}= instead of {arg}= to {api} (the installed version's signature: `python -c \"import "
+            f"inspect, {package}; print(inspect.signature({api}))\"`).",
+            f"{api} has no parameter {arg}: did you mean {near}?")
+
+
+#: the classes whose fields are TrainingArguments' (transformers' own, and the subclasses tools build on it)
+TRAINING_ARGUMENTS = re.compile(r"^(?:\w{0,40}TrainingArguments|\w{0,20}(?:SFT|DPO|GRPO|PPO|KTO|ORPO|Reward)Config)$")
+
+
+def training_arguments_field(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) of HF205 for ``TypeError: TrainingArguments.__init__() got an unexpected keyword
+    argument 'k'``: a field the installed transformers does not have, with the releases that have it and the
+    field of a close name the others have (``evaluation_strategy`` / ``eval_strategy``), from the fields of the
+    sampled transformers releases (:data:`dsdoctor.checks.hf_trainer.FIELD_VERSIONS`). None for another class."""
+    found = UNEXPECTED_KEYWORD.search(match.line.text)
+    if found is None or not TRAINING_ARGUMENTS.match(found.group("callee").split(".")[0]):
+        return None
+    from dsdoctor.checks.hf_trainer import FIELD_VERSIONS
+
+    arg = found.group("arg")
+    had = FIELD_VERSIONS.get(arg, ("", "", ""))[0]
+    near = [n for n in difflib.get_close_matches(arg, sorted(FIELD_VERSIONS), n=3, cutoff=0.6) if n != arg][:1]
+    said = (f"of the transformers releases sampled, {had.replace(' ', ', ')} have {arg}" if had else
+            f"no transformers release sampled has {arg}")
+    instead = f"; {near[0]}: {FIELD_VERSIONS[near[0]][0].replace(' ', ', ')}" if near else ""
+    return (_where(match) + _line(match) + f" ({said}{instead})",
+            (f"Use {near[0]} with this transformers, or pin the transformers the script was written for"
+             f"{' (' + had.split()[-1] + ')' if had else ''}. " if near else
+             "Remove the field, or pin the transformers the script was written for. ")
+            + "`dsdoctor check --hf-args ARGS.json --transformers X.Y` names such fields before launch.",
+            "a TrainingArguments field the installed transformers does not have")
 
 
 def _own_module_missing(match, lines, module: str | None) -> tuple[str, str, dict] | None:

@@ -257,3 +257,22 @@ def _nothing_to_train(match: Match, lines: list[Line]) -> tuple[str, str]:
             "filtered with requires_grad before peft made the adapters. `dsdoctor smoke --model MODEL --method lora` "
             "counts the trainable parameters before launch.")
 
+
+#: how a collective ends when its peers never come: a timeout, or the peers' connections gone
+WAITED_OUT = re.compile(r"reset by peer|Connection closed|Broken pipe|remote process exited|peer closed|Timeout|timed out|"
+                        r"Watchdog caught", re.I)
+
+
+def _one_rank_save(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, str, dict]:
+    """TRN614 from a traceback whose frame stopped at the script's ``engine.save_checkpoint(...)`` (a consequence
+    signature: reported only when no rank's own error explains the run) and whose error is a collective's
+    timeout or a peer gone: the save waited for ranks that never called it. Otherwise the save failed for a reason
+    the log does not name (LOG810)."""
+    after = [ln.text for ln in lines[match.line_index + 1:match.line_index + 80] if ln.rank == match.line.rank]
+    ended = next((t.strip() for t in after if PYTHON_ERROR.match(t.strip())), "")
+    evidence = _where(match) + match.line.text.strip()[:160]
+    if ended and WAITED_OUT.search(ended):
+        return evidence + f" (the save waited in a collective for ranks that did not call it: {ended[:160]})", ""
+    return (evidence + (f" (the save failed: {ended[:160]})" if ended else " (the save failed; its error is not in the "
+                        "paste)"), "", {"rule": "LOG810", "title": "save_checkpoint failed (inconclusive)"})
+

@@ -29,7 +29,7 @@ from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _n
                       _no_interface, _rendezvous, _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
                       _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert,
-                      _nothing_to_train)
+                      _nothing_to_train, _one_rank_save)
 
 
 @dataclass
@@ -543,6 +543,11 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("main-process-first-barrier", "DATA707", "main_process_first(",
          r"^\s{0,12}with [\w.]{0,120}main_process_first\(", _main_process_first, "dsdoctor data FILE --model MODEL",
          code=True),
+    # a frame stopped at the engine's save (the script's own line): when no rank's own error explains the run, a save
+    # that waited for ranks that never called it (a rank-0-only branch)
+    _sig("one-rank-save", "TRN614", ("save_checkpoint(", "save_16bit_model("),
+         r"^\s{0,12}[\w.\[\]]{1,80}\.save_(?:checkpoint|16bit_model)\(", _one_rank_save, "dsdoctor preflight -- torchrun --nproc_per_node N SCRIPT.py",
+         consequence=True, code=True),
     _sig("remote-code-race", "ENV332", "transformers_modules",
          r"(?:FileNotFoundError|ModuleNotFoundError|ImportError)[^\n]{0,300}?transformers_modules", _first_line),
     _sig("ds-config-invalid", "DS199", ("validation error for DeepSpeed", "validation errors for DeepSpeed"),

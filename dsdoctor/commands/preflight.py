@@ -81,6 +81,10 @@ def run_preflight(command: list[str], sets: list[tuple[str, object]], workdir: s
     estimate_findings, estimate_result, estimate_inputs = sections.estimate_section(plan, gpu, rules, gpu_cc, gpu_mem)
     line_findings += _two_micro_batches(plan, rules)
     line_findings += _no_launcher(plan, rules)
+    if plan.script is not None and plan.script.rank0_save:
+        from dsdoctor.checks.training import TRN614
+
+        line_findings.append(TRN614.finding(plan.script.rank0_save))
     from dsdoctor.hardware import visible_gpus
 
     env_findings, env_result = sections.env_section(plan, model_name, method, rules,

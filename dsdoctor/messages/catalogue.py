@@ -105,7 +105,8 @@ BUILTIN_SNIPPETS = ("object().x", "None()", "1 + ''", "[][1]", "{}['k']", "1 / 0
                     "import dsdoctor_no_such_module", "iter(1)", "'%d' % 'x'", "float('x')", "[].pop()",
                     "(1, 2)[5]", "__import__('os').mkdir('/')", "exec('x = ')", "next(iter([]))",
                     "__import__('os').dsdoctor_no_such_name", "from os import dsdoctor_no_such_name",
-                    "(lambda: 0)(**{'a': 1})", "1 .bit_length(2)")
+                    "(lambda: 0)(**{'a': 1})", "1 .bit_length(2)",
+                    "class C:\n    def __init__(self): pass\nC(a=1)")  # "C.__init__() got an unexpected keyword"
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ is left out, never guessed.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,7 @@ class ScriptFacts:
     arguments: dict[str, tuple[object, object, str]] = field(default_factory=dict)
     argv_positional: str = ""  # where the script reads sys.argv[1] (or later) itself: "path:line sys.argv[1]"
     syntax_error: str = ""  # why the script does not parse (the run would stop at once)
+    rank0_save: str = ""  # where save_checkpoint / save_16bit_model is called inside a rank-0-only branch
     notes: list[str] = field(default_factory=list)
 
 
@@ -88,6 +90,15 @@ def _dotted(func: ast.AST) -> str:
 _UNREAD = object()
 
 
+#: an `if` test only rank 0 passes: ``engine.global_rank == 0``, ``args.local_rank in [-1, 0]``,
+#: ``dist.get_rank() == 0``, ``accelerator.is_main_process``, ``trainer.is_world_process_zero()``
+RANK0_TEST = re.compile(r"(?:\b(?:global_rank|local_rank|rank|process_index)|get_rank\(\))\s*(?:==\s*0\b|in\s*[\[(]"
+                        r"\s*-1\s*,\s*0\s*[\])]|in\s*[\[(]\s*0\s*,\s*-1\s*[\])])|\bis_(?:local_)?main_process\b|"
+                        r"\bis_world_process_zero\b|^0\s*==\s*\w")
+#: the engine's saves that every rank must call (deepspeed/runtime/engine.py: barriers, ZeRO-3's gathers)
+COLLECTIVE_SAVES = {"save_checkpoint", "save_16bit_model"}
+
+
 class _Reader(ast.NodeVisitor):
     def __init__(self, label: str):
         self.label = label
@@ -95,6 +106,7 @@ class _Reader(ast.NodeVisitor):
         self.constants: dict[str, object] = {}
         self.assigned_twice: set[str] = set()
         self.branch = 0  # inside an if/else, try/except or loop body: what is set there may not run
+        self.rank0 = 0  # inside the body of an `if` only rank 0 enters
 
     def literal(self, node: ast.AST):
         if isinstance(node, ast.Name) and node.id in self.constants and node.id not in self.assigned_twice:
@@ -117,12 +129,25 @@ class _Reader(ast.NodeVisitor):
         else:
             self.facts.values[key] = (value, self.where(node, what))
 
-    def visit_If(self, node: ast.AST) -> None:
+    def _branch(self, node: ast.AST) -> None:
         self.branch += 1
         self.generic_visit(node)
         self.branch -= 1
 
-    visit_Try = visit_For = visit_While = visit_IfExp = visit_If
+    visit_Try = visit_For = visit_While = visit_IfExp = _branch
+
+    def visit_If(self, node: ast.If) -> None:
+        test = ast.unparse(node.test)
+        guard = RANK0_TEST.search(test) is not None and not test.startswith("not ") and "!=" not in test
+        self.branch += 1
+        self.rank0 += guard
+        for child in node.body:
+            self.visit(child)
+        self.rank0 -= guard
+        self.visit(node.test)
+        for child in node.orelse:
+            self.visit(child)
+        self.branch -= 1
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
         if any(_name(base) in TRAINER_CLASSES for base in node.bases):
@@ -142,6 +167,9 @@ class _Reader(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name, dotted = _name(node.func), _dotted(node.func)
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        if self.rank0 and name in COLLECTIVE_SAVES and isinstance(node.func, ast.Attribute) and \
+                not self.facts.rank0_save:
+            self.facts.rank0_save = self.where(node, f"{ast.unparse(node.func)}(...) under a rank-0 branch")
         if name in TRAINING_ARGUMENT_CALLS:
             for key, value in keywords.items():
                 self.set(key, self.literal(value), value, f"{name}({key}=...)")
