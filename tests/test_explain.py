@@ -1554,6 +1554,23 @@ def test_a_save_that_waited_for_ranks_that_never_called_it_is_trn614():
     assert explain(oom + log)[0][0].id != "TRN614"
 
 
+def test_trial_wordings_name_what_the_log_shows():
+    """From a new user's trial: DS118 lists the parameters the installed optimizer class takes (FusedAdam's source);
+    a config path given through the script's own option is not called --deepspeed; a text with no error-looking line
+    is not told to read its error-looking lines."""
+    findings, _ = explain("TypeError: FusedAdam.__init__() got an unexpected keyword argument 'momentum'\n")
+    assert findings[0].id == "DS118" and "the installed FusedAdam takes" in findings[0].evidence
+    assert "betas" in findings[0].fix and "momentum" in findings[0].fix
+    own = ('Traceback (most recent call last):\n  File "/x/deepspeed/runtime/tensor_parallel/init_utils.py", line 29, '
+           "in load_ds_config\n    raise ValueError(\nValueError: Expected a string path to an existing deepspeed "
+           "config, or a dictionary or a valid base64. Received: configs/ds.json\n")
+    findings, result = explain(own)
+    assert findings[0].id == "PRE014" and "--deepspeed" not in findings[0].evidence
+    assert result["origin"]["file"] == "runtime/tensor_parallel/init_utils.py"  # the frame that raised it
+    findings, _ = explain("The quick brown fox.\nAnother line of prose.\n")
+    assert findings[0].id == "LOG800" and "error-looking lines (in the evidence)" not in findings[0].fix
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

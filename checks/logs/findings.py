@@ -373,7 +373,7 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             origin = failure_origin(lines, match.line_index, match.line.rank)
         elif match is first:  # a rule names it; where the library says it, when the catalogue knows the line
             named = _catalogued(match.line.text)
-            origin = catalogue_origin(named.entry, match.line.text) if named is not None else None
+            origin = _frame_or_catalogue(lines, match.line_index, named, match.line.text) if named is not None else None
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
                 origin = extra.get("origin") or failure_origin(lines, match.line_index, match.line.rank) or \
                     frame_origin(lines) or cpp_origin(match.line.text)
@@ -557,6 +557,10 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                     catalogue_origin(found.entry, ln.text))
         return (LOG811.finding(_quoted(f"{ln.at}: {ln.text.strip()[:240]}; {found.entry.origin()}; no failure in "
                                        f"{len(lines):,} lines")), catalogue_origin(found.entry, ln.text))
+    if not tail:  # nothing error-looking at all: perhaps no log of a run (prose, data, another program's output)
+        return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines, and no error-looking line"),
+                              fix="Give the output of the run that failed: every rank's, from its start (`deepspeed "
+                                  "--enable_each_rank_log DIR`, torchrun's --log-dir) to its last line."), None
     return LOG800.finding(_quoted(f"no known failure found in {len(lines):,} lines; last error-looking lines: "
                                   f"{shown}")), None
 

@@ -54,10 +54,16 @@ def _config_not_found(match: Match, lines: list[Line]) -> tuple[str, str]:
                 path = f"{path} = {value}" if value else path
             shown = f"; the launch gives --deepspeed {path}"
             break
-    return (_where(match) + match.line.text.strip()[:240] + " (the --deepspeed value is not a file that exists from "
-            "the directory the run starts in, so HfDeepSpeedConfig took it for a base64-encoded config" + shown + ")",
-            "Give --deepspeed a path that exists from the launch directory (`ls` it there: a typo, a relative path "
-            "run from elsewhere, or a config the repository never shipped), or an absolute one.")
+    trainer = shown or any("HfDeepSpeedConfig" in ln.text or "hf_deepspeed_config" in ln.text or
+                           "integrations/deepspeed.py" in ln.text for ln in lines[max(0, match.line_index - 60):
+                                                                                   match.line_index])
+    given = "the --deepspeed value" if trainer else "the config path given to DeepSpeed"
+    reader = "HfDeepSpeedConfig" if trainer else "DeepSpeed"
+    return (_where(match) + match.line.text.strip()[:240] + f" ({given} is not a file that exists from the directory "
+            f"the run starts in, so {reader} took it for a base64-encoded config" + shown + ")",
+            f"Give {'--deepspeed' if trainer else 'the config option'} a path that exists from the launch directory "
+            "(`ls` it there: a typo, a relative path run from elsewhere, or a config the repository never shipped), "
+            "or an absolute one.")
 
 
 #: what a failed device-side condition of torch's kernels means, by the condition's text
@@ -275,4 +281,25 @@ def _one_rank_save(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[s
         return evidence + f" (the save waited in a collective for ranks that did not call it: {ended[:160]})", ""
     return (evidence + (f" (the save failed: {ended[:160]})" if ended else " (the save failed; its error is not in the "
                         "paste)"), "", {"rule": "LOG810", "title": "save_checkpoint failed (inconclusive)"})
+
+
+def _optimizer_param(match: Match, lines: list[Line]) -> tuple[str, str]:
+    """DS118: the optimizer class DeepSpeed built refuses a key of the config's optimizer.params; the evidence names
+    the parameters the installed class takes (its source, :func:`.imports.installed_parameters`: DeepSpeed's own
+    optimizers where the catalogue's classes say, torch.optim's by module name)."""
+    from dsdoctor.messages.catalogue import class_origin
+
+    from .imports import installed_parameters
+
+    cls, arg = match.groups.group("cls"), match.groups.group("arg")
+    owner = class_origin(cls)
+    taken = installed_parameters(owner["package"], owner["file"], cls) if owner else None
+    if taken is None:
+        taken = installed_parameters("torch", f"optim/{cls.lower()}.py", cls)
+    names = sorted(taken - {"self", "params"}) if taken else []
+    shown = f"; the installed {cls} takes {', '.join(names)}" if names else ""
+    return (_where(match) + match.line.text.strip()[:200] + shown,
+            f"Remove or rename {arg} in the config's optimizer.params" + (f" (one of {', '.join(names)})" if names
+                                                                         else "") +
+            ". `dsdoctor check ds_config.json` checks the keys against the class before launch.")
 

@@ -29,7 +29,7 @@ from .network import (BRIDGE_IF, _bridges, _empty_master_addr, _gloo_timeout, _n
                       _no_interface, _rendezvous, _store_unreachable, _two_gpus, _unique_id_timeout, _watchdog)
 from .runtime import (_checkpoint_no_grad, _config_not_found, _device_assert, _dtype_mismatch, _eval_nan,
                       _into_placeholders, _kernel_oom, _main_process_first, _missing_shard, _native_assert,
-                      _nothing_to_train, _one_rank_save)
+                      _nothing_to_train, _one_rank_save, _optimizer_param)
 
 
 @dataclass
@@ -370,7 +370,7 @@ SIGNATURES: tuple[Signature, ...] = (
          r"(?P<type>[\w.-]{1,80}) is not a supported DeepSpeed Optimizer", _first_line, "dsdoctor check ds_config.json"),
     _sig("optimizer-param", "DS118", "got an unexpected keyword argument",
          r"(?P<cls>\w{0,40}(?:Adam\w{0,10}|Lamb|Lion|SGD|Adagrad|RMSprop|Adafactor|Muon|Optimizer))\.__init__\(\) got an "
-         r"unexpected keyword argument '(?P<arg>\w{1,80})'", _first_line, "dsdoctor check ds_config.json"),
+         r"unexpected keyword argument '(?P<arg>\w{1,80})'", _optimizer_param, "dsdoctor check ds_config.json"),
     _sig("scheduler-wrapped-optimizer", "DS124", "is not an Optimizer",
          r"TypeError: (?P<cls>\w{0,60}(?:Zero\w{0,40}|FP16\w{0,30}|BF16\w{0,30})Optimizer\w{0,20}) is not an "
          r"Optimizer", _first_line, "dsdoctor check ds_config.json"),
