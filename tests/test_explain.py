@@ -1571,6 +1571,21 @@ def test_trial_wordings_name_what_the_log_shows():
     assert findings[0].id == "LOG800" and "error-looking lines (in the evidence)" not in findings[0].fix
 
 
+def test_a_banner_is_no_message_and_a_cpu_runs_abort_gets_no_cuda_advice():
+    """torchrun's line of stars (the start of its OMP_NUM_THREADS notice) matches no message; a rank's SIGABRT after
+    the C++ runtime's "terminate called" says so, with no CUDA or NCCL advice."""
+    from dsdoctor.messages.catalogue import lookup
+
+    assert lookup("W1205 10:50:57.675000 26229 site-packages/torch/distributed/run.py:874] " + "*" * 41) is None
+    log = ("[WARNING] [real_accelerator.py:213:get_accelerator] Setting accelerator to CPU.\n"
+           "terminate called without an active exception\n"
+           "E1205 10:53:49.093000 29045 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+           "(exitcode: -6) local_rank: 1 (pid: 29091) of binary: /usr/bin/python3\n")
+    findings, _ = explain(log)
+    assert any(f.id == "LOG806" and "terminate called" in f.evidence and "CUDA_LAUNCH_BLOCKING" not in f.fix
+               for f in findings)
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -97,12 +97,25 @@ def _rank_exit(match: Match, lines: list[Line]) -> tuple[str, str]:
                 f"that rank is in this log", "", {"rule": "ENV312"})
     if sig:
         how = f"{who} was killed by signal {sig}{' (' + name + ')' if name else ''}"
-        fix = ("No Python error: a signal ended the process. SIGSEGV/SIGABRT is a crash in native code (a CUDA "
-               "kernel, NCCL, a compiled op built for another torch or CUDA: rebuild the ops, match the versions, and "
-               "run with CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO to see where); SIGTERM came from outside (the "
-               "launcher after another rank failed, a scheduler).")
+        terminate = next((ln for ln in lines[:match.line_index] if "terminate called" in ln.text), None)
+        cpu = any(CPU_RUN.search(ln.text) for ln in lines[:20000])
+        if terminate is not None:  # std::terminate: SIGABRT by the C++ runtime itself
+            how += f", after the C++ runtime's '{terminate.text.strip()[:80]}' ({terminate.at})"
+        fix = ("No Python error: a signal ended the process. " + (
+            "SIGABRT after 'terminate called' is the C++ runtime aborting: a thread still running at exit, or an "
+            "exception thrown where none may be (often a rank that left while a collective or a background thread of "
+            "its peers still waited on it: see what the other ranks were doing). " if terminate is not None else
+            "SIGSEGV/SIGABRT is a crash in native code " + (
+                "(a compiled op built for another torch: rebuild the ops, match the versions). " if cpu else
+                "(a CUDA kernel, NCCL, a compiled op built for another torch or CUDA: rebuild the ops, match the "
+                "versions, and run with CUDA_LAUNCH_BLOCKING=1 and NCCL_DEBUG=INFO to see where). "))
+            + "SIGTERM came from outside (the launcher after another rank failed, a scheduler).")
         return f"{how}; no error of that rank is in this log", fix
     return f"{who} exited with code {code}; no error of that rank is in this log", ""
+
+
+#: a run on the CPU (DeepSpeed's accelerator choice, gloo): no CUDA or NCCL advice for it
+CPU_RUN = re.compile(r"Setting accelerator to CPU|accelerator to cpu|ProcessGroupGloo|\bgloo\b")
 
 
 # --- a run stopped from outside: what stopped it, what the ranks were doing ------------------------------------

@@ -32,6 +32,8 @@ NAMES = {"transformers": "transformers", "peft": "peft", "accelerate": "accelera
          "unsloth": "unsloth", "unsloth_zoo": "unsloth_zoo", "verl": "verl"}
 #: a piece of fewer characters than this is no anchor (it is in too many lines)
 MIN_ANCHOR = 12
+#: nor one of fewer letters: a banner (torchrun's line of 41 '*' before its OMP_NUM_THREADS notice) is no message
+MIN_ANCHOR_LETTERS = 8
 #: a line that ends inside a template's longest piece matches it when it holds this many of its characters: an
 #: older or newer wording that ends earlier ("Ninja is required to load C++ extensions", without torch 2.x's "(pip
 #: install ninja to get it)"), or a message cut by the log
@@ -159,7 +161,8 @@ def entries() -> tuple[Entry, ...]:
         for t in data["templates"]:
             out.append(Entry(package, t["kind"], t.get("exception", ""), tuple(t["parts"]), t["file"], t["line"],
                              t.get("function", ""), tuple(t["versions"]), versions))
-    return tuple(e for e in out if e.kind == "command" or len(e.anchor) >= MIN_ANCHOR and not _generic(e))
+    return tuple(e for e in out if e.kind == "command" or len(e.anchor) >= MIN_ANCHOR and not _generic(e) and
+                 sum(c.isalpha() for c in e.anchor) >= MIN_ANCHOR_LETTERS)
 
 
 @functools.lru_cache(maxsize=1)
@@ -275,7 +278,8 @@ def _lookup(text: str, prefer: str | None = None) -> Found | None:
                 cut = _cut_at_end(e, line)
                 if cut >= MIN_PREFIX:
                     whole, literal = True, cut
-        elif len(tail) - i >= MIN_PREFIX and e.anchor.startswith(tail[i:]):  # the line ends inside the message
+        elif len(tail) - i >= MIN_PREFIX and e.anchor.startswith(tail[i:]) and \
+                sum(c.isalpha() for c in tail[i:]) >= MIN_ANCHOR_LETTERS:  # the line ends inside the message
             whole, literal = True, len(tail) - i
         else:
             continue
