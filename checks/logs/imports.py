@@ -525,7 +525,7 @@ def training_arguments_field(match, lines) -> tuple[str, str, str] | None:
             (f"Use {near[0]} with this transformers, or pin the transformers the script was written for"
              f"{' (' + had.split()[-1] + ')' if had else ''}. " if near else
              "Remove the field, or pin the transformers the script was written for. ")
-            + "`dsdoctor check --hf-args ARGS.json --transformers X.Y` names such fields before launch.",
+            + "`dsdoctor check ds_config.json --launch trainer --hf-args ARGS.json --transformers installed` names such fields before launch.",
             "a TrainingArguments field the installed transformers does not have")
 
 

@@ -263,7 +263,11 @@ class _Visitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Attribute) and func.attr in LOG_METHODS and node.args:
-            self._keep(LOG_METHODS[func.attr], node, node.args[0],
+            message = node.args[0]
+            if func.attr != "warn" and len(node.args) > 1 and isinstance(message, ast.Constant) and \
+                    isinstance(message.value, str):  # logging's own %-formatting: logger.warning("... %s ...", x)
+                message = _split_format(message.value, PRINTF, {"%%": "%"})
+            self._keep(LOG_METHODS[func.attr], node, message,
                        _name(node.args[1]) if func.attr == "warn" and len(node.args) > 1 else "")
         elif isinstance(func, ast.Attribute) and func.attr == "append" and node.args and \
                 isinstance(func.value, ast.Name) and ERROR_LIST.search(func.value.id):
