@@ -1586,6 +1586,16 @@ def test_a_banner_is_no_message_and_a_cpu_runs_abort_gets_no_cuda_advice():
                for f in findings)
 
 
+def test_an_unnamed_exception_line_a_terminal_wrapped_is_read_whole():
+    """``TypeError: ... argument 'eval`` / ``uation_strategy'`` (a paste wrapped at 80 columns): the refiners read the
+    exception line joined with its continuation (HF205 for the whole field name)."""
+    log = ('Traceback (most recent call last):\n  File "/work/finetune.py", line 11, in <module>\n'
+           '    args = TrainingArguments(output_dir="out",\n'
+           "TypeError: TrainingArguments.__init__() got an unexpected keyword argument 'eval\nuation_strategy'\n")
+    findings, _ = explain(log)
+    assert findings[0].id == "HF205" and "'evaluation_strategy'" in findings[0].evidence
+
+
 def test_a_log_that_ends_in_a_progress_bar_at_zero_is_a_run_stopped_at_its_first_step():
     """No error, and the last line is tqdm's bar at 0% (cut inside it, or whole): the first step or evaluation batch
     never finished; inconclusive (exit 1), never a clean log. A bar that moved on, or a run that finished, is not."""

@@ -131,6 +131,10 @@ def scan(text: str | list[Line], skipped: tuple[int, int] | None = None) -> tupl
             if known:
                 break
         if exception and not known and not CASCADE.search(text_line):
+            parts = continued(lines, index, most=2) if len(text_line) >= WRAP_MIN else [text_line]
+            if len(parts) > 1 and re.search(r"[\w'(,]$", parts[0]):  # an exception line a terminal or an editor
+                # wrapped ("...argument 'eval" / "uation_strategy'"): the describers and refiners read it whole
+                line = Line(line.number, line.rank, "".join(parts), line.source)
             add(PYTHON_ERROR_SIGNATURE, line, exception, index)
         if len(matches) >= MAX_MATCHES:
             break
