@@ -7,7 +7,6 @@ import errno
 import os
 import re
 import socket
-from pathlib import Path
 
 from dsdoctor.report import Finding
 from dsdoctor.rules import rule
@@ -118,16 +117,13 @@ def deepspeed_timeout_minutes() -> int | None:
     """DeepSpeed's default collective timeout in minutes, read from the installed ``deepspeed/constants.py``
     (``default_pg_timeout = timedelta(minutes=int(os.getenv("DEEPSPEED_TIMEOUT", default=N)))``) without importing
     it; None where DeepSpeed is absent or the line has another form."""
-    import importlib.util
+    from dsdoctor.files import installed_package_dir
 
-    try:
-        spec = importlib.util.find_spec("deepspeed")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
+    root = installed_package_dir("deepspeed")
+    if root is None:
         return None
     try:
-        text = (Path(list(spec.submodule_search_locations)[0]) / "constants.py").read_text(encoding="utf-8")
+        text = (root / "constants.py").read_text(encoding="utf-8")
     except OSError:
         return None
     found = re.search(r"DEEPSPEED_TIMEOUT[\"']\s*,\s*default\s*=\s*(\d+)", text)

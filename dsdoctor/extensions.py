@@ -51,16 +51,13 @@ def smoke_root(env: dict | None = None, prefix: str | None = None, torch_tag: st
 
 def _torch_tag() -> str:
     """torch's version and CUDA from ``torch/version.py`` read as a file (no import)."""
-    import importlib.util
+    from dsdoctor.files import installed_package_dir
 
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
+    root = installed_package_dir("torch")
+    if root is None:
         return "no-torch"
     try:
-        return (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text(encoding="utf-8")[:2000]
+        return (root / "version.py").read_text(encoding="utf-8")[:2000]
     except OSError:
         return "torch"
 

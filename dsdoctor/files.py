@@ -187,6 +187,21 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return False
 
 
+def installed_package_dir(package: str) -> Path | None:
+    """The directory of the installed top-level ``package`` (``site-packages/deepspeed``), found the way ``import``
+    would find it but without importing it (``importlib.util.find_spec`` of a top-level name runs none of its code);
+    None when it is not installed, or is a single module."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
 def files_of(path: str) -> list[Path]:
     """``path`` itself when it is a file; the files directly inside it when it is a directory (a model directory's
     config.json and tokenizer files); nothing when it does not exist."""

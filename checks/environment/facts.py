@@ -13,7 +13,6 @@ import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Callable
 
 from dsdoctor.checks.network import interface_addresses, route_to
@@ -69,15 +68,13 @@ def _version(dist: str) -> str | None:
 def _module_file_values(package: str, filename: str) -> dict | None:
     """Top-level assignments of ``<package>/<filename>`` read as data (the module is not imported)."""
     import ast
-    import importlib.util
 
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
+    from dsdoctor.files import installed_package_dir
+
+    root = installed_package_dir(package)
+    if root is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
+    path = root / filename
     try:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError, ValueError):

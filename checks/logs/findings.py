@@ -367,17 +367,17 @@ def explain(text: str | list[Line], skipped: tuple[int, int] | None = None) -> t
             if match.signature is PYTHON_ERROR_SIGNATURE and crossed is None else None
         origin = None
         if found is not None:  # no signature names it, but the catalogue knows whose message it is, and a rule may
-            named = _template_finding(match.line, found, "")  # quote it (coverage.rule_of)
-            target = rules[named.id] if named.id != LOG809.id else LOG809
-            evidence = f"{evidence}; {found.entry.origin()}" + (f" (the message of {target.id})"
-                                                                  if target is not LOG809 else "")
+            quoted = _template_rule(found)  # quote it (coverage.rule_of)
+            target = quoted or LOG809
+            evidence = f"{evidence}; {found.entry.origin()}" + (f" (the message of {target.id})" if quoted else "")
             fix = ""
-            origin = _frame_or_catalogue(lines, match.line_index, found, match.line.text)
+            origin = _frame_or_catalogue(_raising_frame(lines, match.line_index), found, match.line.text)
         elif match.signature is PYTHON_ERROR_SIGNATURE:  # nor the catalogue: the code that raised it (in evidence)
             origin = failure_origin(lines, match.line_index, match.line.rank)
         elif match is first:  # a rule names it; where the library says it, when the catalogue knows the line
             named = _catalogued(match.line.text)
-            origin = _frame_or_catalogue(lines, match.line_index, named, match.line.text) if named is not None else None
+            origin = _frame_or_catalogue(_raising_frame(lines, match.line_index), named, match.line.text) \
+                if named is not None else None
             if origin is None and target.id in ("LOG805", "LOG809", "LOG810"):  # no rule after all: whose code it is
                 origin = extra.get("origin") or failure_origin(lines, match.line_index, match.line.rank) or \
                     frame_origin(lines) or cpp_origin(match.line.text)
@@ -524,7 +524,7 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
             shown = f"{shown} \"{literal}\"" if found is not None else shown
         if found is not None and found.entry.kind not in ("nccl-info",):
             return (_template_finding(ln, found, f"{ln.at}: {shown[:240]}; {found.entry.origin()}"),
-                    _frame_or_catalogue(lines, where[id(ln)], found, ln.text))
+                    _frame_or_catalogue(raiser, found, ln.text))
     tail = [ln for ln in lines if ERRORISH.search(ln.text) and not CASCADE.search(ln.text)
             and TRACEBACK_HEADER not in ln.text][-5:]  # a traceback's header says nothing its last line does not
     shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in tail) or "(no error-looking lines)"
@@ -533,13 +533,13 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
         ln, found = near
         return (_template_finding(ln, found, f"{ln.at}: {ln.text.strip()[:240]}; approximately (the wording "
                                              f"differs at a few places): {found.entry.origin()}"),
-                _raising_frame(lines, where[id(ln)]) or catalogue_origin(found.entry, ln.text))
-    lost = [ln for ln in lines if not failing and not done and CASCADE.search(ln.text) and failed_line(ln.text)
-            and PYTHON_ERROR.match(ln.text.strip())][:1]
-    if lost:  # only errors of ranks whose peer went away: the rank that failed first is not in the paste
-        return (LOG806.finding(_quoted(f"{lost[0].at}: {lost[0].text.strip()[:240]} (this rank lost a peer: another "
-                                       f"rank failed or exited before it, and that rank's own error is not in this "
-                                       f"log)")), None)
+                _frame_or_catalogue(_raising_frame(lines, where[id(ln)]), found, ln.text))
+    lost = None if failing or done else next((ln for ln in lines if CASCADE.search(ln.text) and failed_line(ln.text)
+                                              and PYTHON_ERROR.match(ln.text.strip())), None)
+    if lost is not None:  # only errors of ranks whose peer went away: the rank that failed first is not in the paste
+        return (LOG806.finding(_quoted(f"{lost.at}: {lost.text.strip()[:240]} (this rank lost a peer: another rank "
+                                       f"failed or exited before it, and that rank's own error is not in this log)")),
+                None)
     if failing:
         shown = " | ".join(f"{ln.at}: {ln.text.strip()[:160]}" for ln in (tail or failing[-5:]))
         first = next((i for i, ln in enumerate(lines) if ("Error" in ln.text or "Exception" in ln.text) and
@@ -569,13 +569,12 @@ def _unnamed(lines: list[Line]) -> tuple[Finding, dict | None]:
                                   f"{shown}")), None
 
 
-def _frame_or_catalogue(lines: list[Line], index: int, found, text: str) -> dict:
-    """The origin of a catalogued message at ``lines[index]``: the frame right above it that raised it
-    (:func:`_raising_frame`: the line that ran, with the template's versions where it is the template's file; its own
-    where it is another package's or file's than the template found, another version of the package or a copy of the
-    message: torch's cuda/amp/grad_scaler.py and its FSDP copy both say "Attempting to unscale FP16 gradients."),
-    else the template's (:func:`catalogue_origin`)."""
-    raiser = _raising_frame(lines, index)
+def _frame_or_catalogue(raiser: dict | None, found, text: str) -> dict:
+    """The origin of a catalogued message (``found``, on the line ``text``): ``raiser``, the frame right above it that
+    raised it (:func:`_raising_frame`: the line that ran, with the template's versions where it is the template's
+    file; its own where it is another package's or file's than the template found, another version of the package
+    or a copy of the message: torch's cuda/amp/grad_scaler.py and its FSDP copy both say "Attempting to unscale FP16
+    gradients."), else the template's (:func:`catalogue_origin`)."""
     if raiser is None:
         return catalogue_origin(found.entry, text)
     if (raiser["package"], raiser["file"]) == (found.entry.package, found.entry.file):  # the line that ran, and the
@@ -621,13 +620,19 @@ def _template_finding(ln: Line, found, evidence: str) -> Finding:
     """The finding for a line that holds a catalogue template no signature matched on the line itself (the paste lost
     the backticks a signature needs, or reworded the message): the rule whose signature matches the template's own
     text (:func:`dsdoctor.messages.coverage.rule_of`, the same mapping the coverage report counts), else LOG809."""
+    rule = _template_rule(found)
+    if rule is None:
+        return LOG809.finding(_quoted(evidence))
+    return rule.finding(_quoted(f"{evidence} (the message of {rule.id})"))
+
+
+def _template_rule(found) -> Rule | None:
+    """The rule of a catalogue template (:func:`dsdoctor.messages.coverage.rule_of`: the signature that matches its
+    own text, or the one rule whose documentation quotes it), or None."""
     from dsdoctor.messages.coverage import FILL, rule_of
 
     rule_id = rule_of("".join(FILL if p is None else p for p in found.entry.parts))
-    rule = catalogue().get(rule_id) if rule_id else None
-    if rule is None:
-        return LOG809.finding(_quoted(evidence))
-    return rule.finding(_quoted(f"{evidence} (the message of {rule_id})"))
+    return catalogue().get(rule_id) if rule_id else None
 
 
 def _approximately(lines: list[Line]):

@@ -39,8 +39,8 @@ What Python says, and what it means (``importlib._bootstrap._find_and_load_unloc
 from __future__ import annotations
 
 import difflib
+import functools
 import re
-from pathlib import Path
 
 from .lines import where
 
@@ -383,21 +383,20 @@ UNEXPECTED_KEYWORD = re.compile(r"TypeError: (?P<callee>[\w.<>]{1,120})\(\) got 
                                 r"'(?P<arg>\w{1,80})'")
 
 
-def installed_parameters(package: str, file: str | None, name: str) -> set[str] | None:
+@functools.lru_cache(maxsize=64)
+def installed_parameters(package: str, file: str | None, name: str) -> frozenset[str] | None:
     """The keyword parameters the installed ``package`` gives function or class ``name`` (a class: its ``__init__``'s,
     or a dataclass's fields), read from its source without importing it: in ``file`` (a path inside the package)
     or, for a dotted ``name`` (``zero.Init``), in the module the dots name; one ``from .x import name`` followed.
-    None when the package is not installed here, the definition is not found, or it takes ``**kwargs``."""
+    None when the package is not installed here, the definition is not found, or it takes ``**kwargs``. Cached: the
+    misspelling and version refiners ask for the same signature in turn."""
     import ast
-    import importlib.util
 
-    try:
-        spec = importlib.util.find_spec(package)
-    except (ImportError, ValueError):
+    from dsdoctor.files import installed_package_dir
+
+    root = installed_package_dir(package)
+    if root is None:
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0])
     *modules, last = name.split(".")
     if modules and not root.joinpath(modules[0]).exists() and not root.joinpath(modules[0] + ".py").exists():
         try:  # a module the package re-exports under another name (deepspeed/__init__.py: from .runtime import zero)
@@ -408,9 +407,9 @@ def installed_parameters(package: str, file: str | None, name: str) -> set[str] 
                       any((a.asname or a.name) == modules[0] and a.name == modules[0] for a in n.names)), None)
         if alias is not None:
             root = root.joinpath(*alias.module.split("."))
-    candidates = [root / file] if file else [root.joinpath(*modules, "__init__.py"),
-                                             root.joinpath(*modules[:-1], modules[-1] + ".py") if modules else root]
-    for path in candidates[:2]:
+    candidates = [root / file] if file else [root.joinpath(*modules, "__init__.py")] + (
+        [root.joinpath(*modules[:-1], modules[-1] + ".py")] if modules else [])
+    for path in candidates:
         for _ in range(3):  # the definition, or the module it is imported from
             try:
                 tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
@@ -420,13 +419,14 @@ def installed_parameters(package: str, file: str | None, name: str) -> set[str] 
                         None)
             if isinstance(node, ast.FunctionDef):
                 args = node.args
-                return None if args.kwarg else {a.arg for a in args.args + args.kwonlyargs}
+                return None if args.kwarg else frozenset(a.arg for a in args.args + args.kwonlyargs)
             if isinstance(node, ast.ClassDef):
                 init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
                 if init is not None:
-                    return None if init.args.kwarg else {a.arg for a in init.args.args + init.args.kwonlyargs}
-                fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and
-                          isinstance(n.target, ast.Name)}
+                    return None if init.args.kwarg else frozenset(a.arg for a in init.args.args +
+                                                                  init.args.kwonlyargs)
+                fields = frozenset(n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and
+                                   isinstance(n.target, ast.Name))
                 return fields or None
             source = next((n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level and
                            any(a.name == last for a in n.names)), None)
@@ -441,12 +441,10 @@ def installed_parameters(package: str, file: str | None, name: str) -> set[str] 
     return None
 
 
-def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
-    """(evidence, fix, title) of ENV310 when ``match`` is ``TypeError: X() got an unexpected keyword argument 'k'``
-    raised where the code calls a package's API with ``k=`` (the frame's quoted source line right above:
-    ``with deepspeed.zero.Init(sequence_data_parallel_group=...)``): the installed version of that package does not
-    take the argument the code was written for. None otherwise (a keyword of the user's own function, an optimizer's
-    params from the config: DS118)."""
+def _keyword_call(match, lines) -> tuple[str, str, str] | None:
+    """(the keyword, the package, its API's dotted path inside the package) of ``TypeError: X() got an unexpected
+    keyword argument 'k'`` raised where the code calls a package's API with ``k=`` (the frame's quoted source lines
+    right above it: ``with deepspeed.zero.Init(sequence_data_parallel_group=...)``), or None."""
     found = UNEXPECTED_KEYWORD.search(match.line.text)
     if found is None:
         return None
@@ -455,17 +453,7 @@ def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
             if ln.rank == match.line.rank and ln.text[:1].isspace() and "File \"" not in ln.text]
     call = next((m for m in (PACKAGE_CALL.search(t) for t in reversed(code) if f"{arg}=" in t or f"{arg} =" in t)
                  if m), None)
-    if call is None:
-        return None
-    package, api = call.group("pkg"), call.group("pkg") + call.group("path")
-    if _misspelled(package, call.group("path").lstrip("."), arg):  # the installed version has a parameter of a
-        return None  # close name: a misspelling (misspelled_keyword), not another version
-    return (_where(match) + _line(match) + f" (the code calls {api}({arg}=...): the installed {package} does not take "
-                                           f"{arg})",
-            f"The code was written for another version of {package}: `dsdoctor env` shows the installed one; install "
-            f"the version the training repository pins (its requirements.txt), or the release that added {arg} to "
-            f"{api} (`pip install -U {PIP_NAMES.get(package, package)}`).",
-            f"a version mismatch: the installed {package}'s {api} does not take {arg}")
+    return (arg, call.group("pkg"), call.group("path").lstrip(".")) if call else None
 
 
 def _misspelled(package: str, api: str, arg: str) -> str:
@@ -477,23 +465,14 @@ def _misspelled(package: str, api: str, arg: str) -> str:
 
 
 def misspelled_keyword(match, lines) -> tuple[str, str, str] | None:
-    """(evidence, fix, title) for ``TypeError: X() got an unexpected keyword argument 'k'`` where the code calls a
-    package's API (the frame's quoted line) whose installed signature has a parameter of a close name (``config``
-    for ``config_file`` in ``deepspeed.initialize``): a misspelled keyword, which no version takes. None otherwise."""
-    found = UNEXPECTED_KEYWORD.search(match.line.text)
-    if found is None:
-        return None
-    arg = found.group("arg")
-    code = [ln.text for ln in lines[max(0, match.line_index - 6):match.line_index]
-            if ln.rank == match.line.rank and ln.text[:1].isspace() and "File \"" not in ln.text]
-    call = next((m for m in (PACKAGE_CALL.search(t) for t in reversed(code) if f"{arg}=" in t or f"{arg} =" in t)
-                 if m), None)
-    if call is None:
-        return None
-    package, path = call.group("pkg"), call.group("path").lstrip(".")
-    near = _misspelled(package, path, arg)
+    """(evidence, fix, title) for an unexpected keyword the code passes to a package's API (:func:`_keyword_call`)
+    whose installed signature has a parameter of a close name (``config`` for ``config_file`` in
+    ``deepspeed.initialize``): a misspelled keyword, which no version takes. None otherwise."""
+    called = _keyword_call(match, lines)
+    near = _misspelled(called[1], called[2], called[0]) if called else ""
     if not near:
         return None
+    arg, package, path = called
     api = f"{package}.{path}"
     return (_where(match) + _line(match) + f" (the installed {package}'s {api} takes {near}, not {arg})",
             f"Pass {near}= instead of {arg}= to {api} (the installed version's signature: `python -c \"import "
@@ -501,8 +480,27 @@ def misspelled_keyword(match, lines) -> tuple[str, str, str] | None:
             f"{api} has no parameter {arg}: did you mean {near}?")
 
 
-#: the classes whose fields are TrainingArguments' (transformers' own, and the subclasses tools build on it)
-TRAINING_ARGUMENTS = re.compile(r"^(?:\w{0,40}TrainingArguments|\w{0,20}(?:SFT|DPO|GRPO|PPO|KTO|ORPO|Reward)Config)$")
+def keyword_of_another_version(match, lines) -> tuple[str, str, str] | None:
+    """(evidence, fix, title) of ENV310 for an unexpected keyword the code passes to a package's API
+    (:func:`_keyword_call`) that is no misspelling of the installed signature's (:func:`misspelled_keyword`, tried
+    first): the installed version of that package does not take the argument the code was written for. None
+    otherwise (a keyword of the user's own function; an optimizer's params from the config: DS118)."""
+    called = _keyword_call(match, lines)
+    if called is None or _misspelled(called[1], called[2], called[0]):
+        return None
+    arg, package, path = called
+    api = f"{package}.{path}"
+    return (_where(match) + _line(match) + f" (the code calls {api}({arg}=...): the installed {package} does not take "
+                                           f"{arg})",
+            f"The code was written for another version of {package}: `dsdoctor env` shows the installed one; install "
+            f"the version the training repository pins (its requirements.txt), or the release that added {arg} to "
+            f"{api} (`pip install -U {PIP_NAMES.get(package, package)}`).",
+            f"a version mismatch: the installed {package}'s {api} does not take {arg}")
+
+
+#: transformers' TrainingArguments and its subclasses by name (Seq2SeqTrainingArguments): the fields
+#: dsdoctor.checks.hf_trainer.FIELD_VERSIONS describes (TRL's SFTConfig adds fields of TRL's own versions)
+TRAINING_ARGUMENTS = re.compile(r"^\w{0,40}TrainingArguments$")
 
 
 def training_arguments_field(match, lines) -> tuple[str, str, str] | None:

@@ -227,6 +227,15 @@ def none_from_missing_checkpoint(match: Match, lines: list[Line]) -> tuple[str, 
 
 #: how a barrier ends when the rank it waits for died (not a timeout): the peer's connection gone
 PEER_GONE = re.compile(r"reset by peer|Connection closed|Broken pipe|remote process exited|peer closed", re.I)
+#: how a collective ends when its peers never come: a timeout, or the peers' connections gone
+WAITED_OUT = re.compile(PEER_GONE.pattern + r"|Timeout|timed out|Watchdog caught", re.I)
+
+
+def _traceback_error(match: Match, lines: list[Line], most: int = 80) -> str:
+    """The exception line that ends the traceback ``match`` is a frame's line of (its rank's lines after it), or ""
+    when the paste stops before it."""
+    after = (ln.text.strip() for ln in lines[match.line_index + 1:match.line_index + most] if ln.rank == match.line.rank)
+    return next((t for t in after if PYTHON_ERROR.match(t)), "")
 
 
 def _main_process_first(match: Match, lines: list[Line]) -> tuple[str, str, dict]:
@@ -235,8 +244,7 @@ def _main_process_first(match: Match, lines: list[Line]) -> tuple[str, str, dict
     the dataset's tokenization): the ranks failed while waiting there, so the main process's work outlasted the
     collective timeout. When their error says the main process's connection went away instead, that rank died (its
     own error is the cause: LOG806)."""
-    after = [ln.text for ln in lines[match.line_index + 1:match.line_index + 60] if ln.rank == match.line.rank]
-    ended = next((t.strip() for t in after if PYTHON_ERROR.match(t.strip())), "")
+    ended = _traceback_error(match, lines)
     evidence = _where(match) + match.line.text.strip()[:160]
     if ended and PEER_GONE.search(ended):
         return (evidence + f" (the ranks waiting at main_process_first's barrier lost the main process: {ended[:160]})",
@@ -264,18 +272,13 @@ def _nothing_to_train(match: Match, lines: list[Line]) -> tuple[str, str]:
             "counts the trainable parameters before launch.")
 
 
-#: how a collective ends when its peers never come: a timeout, or the peers' connections gone
-WAITED_OUT = re.compile(r"reset by peer|Connection closed|Broken pipe|remote process exited|peer closed|Timeout|timed out|"
-                        r"Watchdog caught", re.I)
-
 
 def _one_rank_save(match: Match, lines: list[Line]) -> tuple[str, str] | tuple[str, str, dict]:
     """TRN614 from a traceback whose frame stopped at the script's ``engine.save_checkpoint(...)`` (a consequence
     signature: reported only when no rank's own error explains the run) and whose error is a collective's
     timeout or a peer gone: the save waited for ranks that never called it. Otherwise the save failed for a reason
     the log does not name (LOG810)."""
-    after = [ln.text for ln in lines[match.line_index + 1:match.line_index + 80] if ln.rank == match.line.rank]
-    ended = next((t.strip() for t in after if PYTHON_ERROR.match(t.strip())), "")
+    ended = _traceback_error(match, lines)
     evidence = _where(match) + match.line.text.strip()[:160]
     if ended and WAITED_OUT.search(ended):
         return evidence + f" (the save waited in a collective for ranks that did not call it: {ended[:160]})", ""

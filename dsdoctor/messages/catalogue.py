@@ -217,6 +217,12 @@ def _index() -> dict[str, list[Entry]]:
     return index
 
 
+@functools.lru_cache(maxsize=1)
+def _commands() -> tuple[Entry, ...]:
+    """The catalogues' ``command`` templates (:func:`command_lookup`'s, kept out of :func:`_index`)."""
+    return tuple(e for e in entries() if e.kind == "command")
+
+
 #: Python's report of a command that failed (subprocess.CalledProcessError's str): the command as repr'd
 FAILED_COMMAND = re.compile(r"Command '(?P<cmd>.{1,2000}?)' returned non-zero exit status (?P<code>-?\d{1,4})")
 
@@ -241,8 +247,8 @@ def command_lookup(text: str) -> Found | None:
             pass
     command = SPACES.sub(" ", command).strip()
     best: Found | None = None
-    for e in entries():
-        if e.kind == "command" and e.regex.fullmatch(command):
+    for e in _commands():
+        if e.regex.fullmatch(command):
             literal = sum(len(p) for p in e.parts if p is not None)
             if best is None or literal > best.literal:
                 best = Found(e, True, literal)

@@ -147,7 +147,7 @@ def command_parts(node: ast.AST | None) -> list:
         for i, element in enumerate(node.elts):
             if i:
                 out.append(" ")
-            out.extend(HOLE if isinstance(element, ast.Starred) else p for p in message_parts(element))
+            out.extend(message_parts(element))  # a starred or computed element is a placeholder
         return out
     return message_parts(node)
 
@@ -275,10 +275,10 @@ class _Visitor(ast.NodeVisitor):
             self._keep("raise", node, node.args[0])
         elif _name(func) in COMMAND_CALLS and node.args and (not isinstance(func, ast.Attribute) or
                                                              _name(func.value) in ("subprocess", "os", "sp")):
-            parts = normalise(self._command_of(node.args[0]))
-            if sum(len(p.strip()) for p in parts if p is not HOLE) >= MIN_COMMAND:
-                self.found.append(Template(self.package, "command", parts, self.file, node.lineno,
-                                           ".".join(self.scope)))
+            t = Template(self.package, "command", normalise(self._command_of(node.args[0])), self.file, node.lineno,
+                         ".".join(self.scope))
+            if t.literal_chars >= MIN_COMMAND:
+                self.found.append(t)
         elif isinstance(func, ast.Name) and func.id == "print" and node.args:
             message = self._resolved(node.args[0])
             parts = normalise(message if isinstance(message, list) else message_parts(message))

@@ -140,11 +140,11 @@ class _Reader(ast.NodeVisitor):
         test = ast.unparse(node.test)
         guard = RANK0_TEST.search(test) is not None and not test.startswith("not ") and "!=" not in test
         self.branch += 1
+        self.visit(node.test)
         self.rank0 += guard
         for child in node.body:
             self.visit(child)
         self.rank0 -= guard
-        self.visit(node.test)
         for child in node.orelse:
             self.visit(child)
         self.branch -= 1
