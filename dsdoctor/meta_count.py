@@ -80,13 +80,11 @@ def transformers_knows(model_type: str) -> bool:
 
     Looks for ``transformers/models/<model_type>/modeling_<model_type>.py`` without importing transformers
     (importing its auto-configuration table alone took 3 s here)."""
-    import importlib.util
-    from pathlib import Path
+    from dsdoctor.files import installed_package_dir
 
-    spec = importlib.util.find_spec("transformers")
-    if spec is None or not spec.submodule_search_locations or not model_type.isidentifier():
+    root = installed_package_dir("transformers")
+    if root is None or not model_type.isidentifier():
         return False
-    root = Path(list(spec.submodule_search_locations)[0])
     return (root / "models" / model_type / f"modeling_{model_type}.py").is_file()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import json
 import sys
 from collections import Counter
@@ -176,11 +175,13 @@ def installed(package: str) -> tuple[Path, str] | None:
     """(the installed ``package``'s directory, its version), or None."""
     from importlib.metadata import PackageNotFoundError, version
 
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    from dsdoctor.files import installed_package_dir
+
+    root = installed_package_dir(package)
+    if root is None:
         return None
     try:
-        return Path(list(spec.submodule_search_locations)[0]), version(package).split("+")[0]  # 2.13.0+cpu: 2.13.0
+        return root, version(package).split("+")[0]  # 2.13.0+cpu: 2.13.0
     except PackageNotFoundError:
         return None
 
